@@ -1,0 +1,101 @@
+"""Extension negotiation: how a peer asks for anything RLlib's RLlink lacks.
+
+A client announces what it speaks in its first message::
+
+    {"type": "PING", "rlinks": {"version": 1, "extensions": ["want_steps", ...], "agent": "..."}}
+
+Our server answers with the subset it agrees to::
+
+    {"type": "PONG", "rlinks": {"version": 1, "extensions": ["want_steps"], "agent": "..."}}
+
+RLlib's server ignores the extra ``rlinks`` key and answers a bare ``PONG``:
+the client then knows it speaks plain RLlink and uses no extension. RLlib's
+client sends a bare ``PING`` and our server then uses none either. Each
+extension is switched on only when both sides named it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .errors import InvalidMessage
+
+__all__ = ["EXTENSIONS_VERSION", "RLINKS_KEY", "Extension", "Offer", "make_offer", "parse_offer", "negotiate"]
+
+#: Version of the extension set as a whole; bumped when an extension changes meaning.
+EXTENSIONS_VERSION = 1
+
+#: The key under which PING and PONG carry the offer.
+RLINKS_KEY = "rlinks"
+
+_MAX_NAMES = 64
+_MAX_NAME_LEN = 64
+
+
+class Extension(str, enum.Enum):
+    """Names of the extensions of version 1."""
+
+    #: SET_STATE carries ``want_steps``: how many env steps the server wants
+    #: from this client before its next EPISODES_AND_GET_STATE.
+    WANT_STEPS = "want_steps"
+    #: EPISODES carries ``seq``; the server answers ``ACK`` once it holds the batch.
+    ACK = "ack"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one peer said it speaks."""
+
+    version: int
+    extensions: frozenset[str] = field(default_factory=frozenset)
+    agent: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def make_offer(extensions: Iterable[str | Extension], agent: str = "", **extra: Any) -> dict:
+    """The ``rlinks`` map to put in a PING or PONG."""
+    names = sorted({e.value if isinstance(e, Extension) else str(e) for e in extensions})
+    offer: dict[str, Any] = {"version": EXTENSIONS_VERSION, "extensions": names}
+    if agent:
+        offer["agent"] = agent
+    offer.update(extra)
+    return offer
+
+
+def parse_offer(message: Mapping[str, Any]) -> Offer | None:
+    """Read the ``rlinks`` offer of a PING or PONG; ``None`` for a plain RLlink peer.
+
+    Unknown extension names are kept (the caller negotiates them away).
+
+    Raises:
+        InvalidMessage: the offer is present but malformed.
+    """
+    raw = message.get(RLINKS_KEY)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidMessage("'rlinks' must be a map")
+    version = raw.get("version")
+    if type(version) is not int or version < 1:
+        raise InvalidMessage("'rlinks.version' must be a positive int")
+    names = raw.get("extensions", [])
+    if not isinstance(names, list) or len(names) > _MAX_NAMES:
+        raise InvalidMessage(f"'rlinks.extensions' must be a list of at most {_MAX_NAMES} names")
+    for name in names:
+        if type(name) is not str or not 0 < len(name) <= _MAX_NAME_LEN:
+            raise InvalidMessage("'rlinks.extensions' must hold non-empty short strings")
+    agent = raw.get("agent", "")
+    if type(agent) is not str:
+        raise InvalidMessage("'rlinks.agent' must be a string")
+    extra = {k: v for k, v in raw.items() if k not in ("version", "extensions", "agent")}
+    return Offer(version=version, extensions=frozenset(names), agent=agent[:128], extra=extra)
+
+
+def negotiate(offer: Offer | None, supported: Iterable[str | Extension]) -> frozenset[str]:
+    """The extensions both sides speak: the peer's offer cut down to ``supported``."""
+    if offer is None:
+        return frozenset()
+    ours = {e.value if isinstance(e, Extension) else e for e in supported}
+    return frozenset(offer.extensions & ours)

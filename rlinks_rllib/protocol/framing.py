@@ -1,0 +1,228 @@
+"""RLlink framing: 8 ASCII decimal digits giving the body length, then the body.
+
+:func:`encode_message` turns a message into one whole frame.
+:class:`FrameDecoder` turns a byte stream, split anywhere, back into messages.
+Neither does any I/O; the server and client wrap them around their sockets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .codec import Buffer, decode_body, encode_body
+from .errors import FrameError, FrameTooLarge, ProtocolError
+from .limits import DEFAULT_MAX_FRAME_BYTES, HEADER_BYTES, MAX_BODY_BYTES
+from .messages import validate_message
+
+__all__ = ["encode_message", "encode_message_parts", "encode_frame", "parse_header", "FrameDecoder"]
+
+
+def _header(body_len: int) -> bytes:
+    if body_len > MAX_BODY_BYTES:
+        raise FrameTooLarge(
+            f"message body is {body_len:,} bytes; RLlink's 8-digit header allows at most "
+            f"{MAX_BODY_BYTES:,}. Send fewer episodes or smaller observations per message."
+        )
+    return b"%08d" % body_len
+
+
+def encode_message_parts(message: dict) -> list[Buffer]:
+    """One frame as a list of buffers (header first), for ``socket.sendmsg``.
+
+    Large arrays are views of the caller's memory: the caller must not change
+    them until the buffers are sent.
+
+    Raises:
+        InvalidMessage, UnsupportedMessage: ``message`` is not a valid message.
+        FrameTooLarge: the body would need more than 8 digits of length.
+        TypeError, UnsafePayload: a value can't go on the wire.
+    """
+    validate_message(message)
+    parts = encode_body(message)
+    size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+    return [_header(size), *parts]
+
+
+def encode_message(message: dict) -> bytes:
+    """One whole frame (header and body) for ``message``.
+
+    Raises:
+        InvalidMessage, UnsupportedMessage: ``message`` is not a valid message.
+        FrameTooLarge: the body would need more than 8 digits of length.
+        TypeError, UnsafePayload: a value can't go on the wire.
+    """
+    return b"".join(encode_message_parts(message))
+
+
+def encode_frame(body: Buffer) -> bytes:
+    """Put the length header in front of an already packed body.
+
+    Raises:
+        FrameTooLarge: the body would need more than 8 digits of length.
+    """
+    return _header(len(body)) + bytes(body)
+
+
+def parse_header(header: Buffer) -> int:
+    """The body length an 8-byte header declares.
+
+    Stricter than RLlib's ``int()``: exactly eight bytes ``0``-``9``, no
+    spaces, signs or underscores.
+
+    Raises:
+        FrameError: the header is not 8 ASCII digits.
+    """
+    raw = bytes(header)
+    if len(raw) != HEADER_BYTES or not raw.isdigit():
+        raise FrameError(f"frame header must be {HEADER_BYTES} ASCII digits, got {raw[:HEADER_BYTES]!r}")
+    return int(raw)
+
+
+class FrameDecoder:
+    """Incremental decoder for a stream of RLlink frames.
+
+    Feed it bytes as they arrive; it returns each complete message once, in
+    order. Total work is linear in the bytes fed, however they are split: a
+    body is collected in one preallocated buffer, and when a fed chunk holds a
+    whole frame it is decoded straight from the chunk.
+
+    A frame whose header declares more than ``max_frame_bytes`` is refused as
+    soon as its header is read, before any of its body is buffered. After any
+    :class:`ProtocolError` the decoder is spent: the stream is out of sync and
+    the connection must be closed; every later call raises the same error.
+
+    Args:
+        max_frame_bytes: largest body accepted (at most 99,999,999).
+        validate: check each message with :func:`validate_message`; switch off
+            only to look at raw messages (tests, tools).
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, validate: bool = True) -> None:
+        if not 0 < max_frame_bytes <= MAX_BODY_BYTES:
+            raise ValueError(f"max_frame_bytes must be in 1..{MAX_BODY_BYTES}, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._validate = validate
+        self._header = bytearray()
+        self._body: bytearray | None = None
+        self._filled = 0
+        self._error: ProtocolError | None = None
+        #: Frames decoded so far.
+        self.frames = 0
+        #: Bytes fed so far.
+        self.bytes_in = 0
+
+    @property
+    def in_frame(self) -> bool:
+        """Whether part of a frame has arrived but not all of it."""
+        return bool(self._header) or self._body is not None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the unfinished frame held so far."""
+        return len(self._header) + self._filled
+
+    @property
+    def expected_bytes(self) -> int | None:
+        """Body length of the unfinished frame, once its header is in."""
+        return None if self._body is None else len(self._body)
+
+    def feed(self, data: Buffer) -> list[dict[str, Any]]:
+        """Take more bytes of the stream; return the messages they complete.
+
+        Raises:
+            FrameError: a header is not 8 ASCII digits.
+            FrameTooLarge: a header declares more than ``max_frame_bytes``.
+            DecodeError, UnsafePayload: a body is not a safe msgpack map.
+            InvalidMessage, UnsupportedMessage: a message fails validation.
+        """
+        if self._error is not None:
+            raise self._error
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        self.bytes_in += len(view)
+        messages: list[dict[str, Any]] = []
+        try:
+            pos, end = 0, len(view)
+            while pos < end:
+                if self._body is not None:
+                    take = min(len(self._body) - self._filled, end - pos)
+                    self._body[self._filled : self._filled + take] = view[pos : pos + take]
+                    self._filled += take
+                    pos += take
+                    if self._filled == len(self._body):
+                        body, self._body, self._filled = self._body, None, 0
+                        messages.append(self._decode(body))
+                    continue
+                take = min(HEADER_BYTES - len(self._header), end - pos)
+                self._header += view[pos : pos + take]
+                pos += take
+                if len(self._header) < HEADER_BYTES:
+                    continue
+                size = self._start_body()
+                if end - pos >= size:
+                    # The whole body is in this chunk: decode it in place.
+                    messages.append(self._decode(view[pos : pos + size]))
+                    pos += size
+                else:
+                    self._body = bytearray(size)
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+        return messages
+
+    def next_read_buffer(self) -> memoryview | None:
+        """The unfilled part of the current body, for ``socket.recv_into``.
+
+        Lets an I/O layer read a large body straight into its final buffer.
+        Call :meth:`advance` with the number of bytes written. ``None`` when no
+        body is in progress (read a small chunk and :meth:`feed` it instead).
+        """
+        if self._body is None or self._error is not None:
+            return None
+        return memoryview(self._body)[self._filled :]
+
+    def advance(self, nbytes: int) -> list[dict[str, Any]]:
+        """Account for ``nbytes`` written into :meth:`next_read_buffer`.
+
+        Raises:
+            The same errors as :meth:`feed`.
+        """
+        if self._body is None or not 0 <= nbytes <= len(self._body) - self._filled:
+            raise ValueError("advance() without a matching next_read_buffer()")
+        self._filled += nbytes
+        self.bytes_in += nbytes
+        if self._filled < len(self._body):
+            return []
+        body, self._body, self._filled = self._body, None, 0
+        try:
+            return [self._decode(body)]
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    def eof(self) -> None:
+        """The peer closed the stream; complain if it left a frame unfinished.
+
+        Raises:
+            FrameError: the stream ended mid-frame.
+        """
+        if self.in_frame:
+            expected = "?" if self._body is None else f"{HEADER_BYTES + len(self._body):,}"
+            raise FrameError(f"connection closed mid-frame after {self.buffered_bytes:,} of {expected} bytes")
+
+    def _start_body(self) -> int:
+        size = parse_header(self._header)
+        self._header.clear()
+        if size > self.max_frame_bytes:
+            raise FrameTooLarge(
+                f"frame of {size:,} bytes exceeds the limit of {self.max_frame_bytes:,} bytes"
+            )
+        if size == 0:
+            raise FrameError("frame with an empty body")
+        return size
+
+    def _decode(self, body: Buffer) -> dict[str, Any]:
+        message = decode_body(body)
+        self.frames += 1
+        if self._validate:
+            return validate_message(message)
+        return message
