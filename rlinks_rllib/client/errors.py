@@ -1,0 +1,90 @@
+"""Errors raised by :class:`~rlinks_rllib.client.RLinkClient`.
+
+Everything the client raises about the learner, the network or the bytes it
+received is a :class:`ClientError`. The subclasses also derive from the
+built-in exception a caller would reach for first (``ConnectionError``,
+``TimeoutError``, ``NotImplementedError``), so ``except TimeoutError`` works
+as expected. Mistakes in the caller's own arguments stay ``ValueError`` /
+``TypeError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientError",
+    "ClientClosed",
+    "ConnectFailed",
+    "ConnectionLost",
+    "ServerTimeout",
+    "ServerError",
+    "ProtocolViolation",
+    "PickledConfigRefused",
+    "TLSNotAvailable",
+]
+
+
+class ClientError(Exception):
+    """Base class of every error the client raises about the server or the link."""
+
+
+class ClientClosed(ClientError):
+    """The client was used after :meth:`RLinkClient.close`."""
+
+
+class ConnectFailed(ClientError, ConnectionError):
+    """No connection could be opened (and handshaken) within the retry budget."""
+
+
+class ConnectionLost(ClientError, ConnectionError):
+    """The connection dropped during a call and was not (or could not be) restored."""
+
+
+class ServerTimeout(ClientError, TimeoutError):
+    """The server did not answer, or did not take our bytes, within ``timeout`` seconds.
+
+    The connection is closed afterwards: a late reply would leave the stream
+    out of step with the calls.
+    """
+
+
+class ServerError(ClientError):
+    """The server sent ``ERROR`` (just before closing the connection).
+
+    Attributes:
+        code: machine-readable reason, one of ``protocol.ERROR_CODES`` for our
+            server (``"limit_exceeded"``, ``"bad_episode"``, ...).
+        message: the server's explanation, for people.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"server error [{code}]: {message}")
+        self.code = code
+        self.message = message
+
+
+class ProtocolViolation(ClientError):
+    """The server sent bytes that are not valid RLlink, or a message out of turn.
+
+    A protocol problem, not a network one: reliable mode does not retry it.
+
+    Attributes:
+        code: the ``code`` of the underlying :class:`~rlinks_rllib.protocol.ProtocolError`
+            (``"bad_frame"``, ``"unsafe_payload"``, ...), or ``"unexpected_message"``.
+    """
+
+    def __init__(self, message: str, code: str = "unexpected_message") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PickledConfigRefused(ClientError):
+    """The server offers its config only as a pickle, and pickle was not allowed.
+
+    RLlib's own server pickles its ``AlgorithmConfig``; unpickling runs code
+    chosen by the server. Pass ``unsafe_allow_pickle=True`` to the client only
+    for a server you trust completely.
+    """
+
+
+class TLSNotAvailable(ClientError, NotImplementedError):
+    """A ``tls://`` address was given; this version speaks plain TCP only."""
