@@ -54,7 +54,8 @@ def _dtype(descr: Any) -> np.dtype:
         raise DecodeError(f"array dtype string too long: {descr[:32]!r}")
     try:
         dtype = np.dtype(descr)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, SyntaxError, OverflowError) as exc:
+        # numpy parses some strings with ast.literal_eval: "(2,)|01" is a SyntaxError.
         raise DecodeError(f"not a numpy dtype: {descr!r}") from exc
     if dtype.kind not in _SAFE_KINDS or dtype.hasobject or dtype.fields is not None or dtype.subdtype:
         raise UnsafePayload(f"array dtype {descr!r} (kind {dtype.kind!r}) is not allowed; "

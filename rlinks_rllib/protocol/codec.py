@@ -18,6 +18,14 @@ from typing import Any
 import msgpack
 import numpy as np
 
+# msgpack_numpy.patch(), which RLlib calls whenever it touches msgpack, swaps
+# msgpack.Packer/unpackb for wrappers that unpickle object arrays. Bind
+# msgpack's own implementations so that patch can never reach this codec.
+try:
+    from msgpack._cmsgpack import Packer as _Packer, unpackb as _unpackb
+except ImportError:  # pragma: no cover - msgpack built without its C extension
+    from msgpack.fallback import Packer as _Packer, unpackb as _unpackb
+
 from .arrays import DATA, KIND, ND, SHAPE, TYPE, array_map, decode_array_map, is_array_map
 from .errors import DecodeError, ProtocolError
 from .limits import ZERO_COPY_MIN_BYTES
@@ -49,7 +57,7 @@ class _BodyWriter:
 
     def __init__(self) -> None:
         self.parts: list[Buffer] = []
-        self._packer = msgpack.Packer(use_bin_type=True, default=self._default, autoreset=True)
+        self._packer = _Packer(use_bin_type=True, default=self._default, autoreset=True)
 
     def _default(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray):
@@ -123,7 +131,7 @@ def decode_body(body: Buffer) -> Any:
         DecodeError: anything else that is not one complete, valid msgpack value.
     """
     try:
-        return msgpack.unpackb(
+        return _unpackb(
             body,
             raw=False,
             strict_map_key=False,  # msgpack-numpy's keys are bin, not str

@@ -71,7 +71,7 @@ def check_space(desc: Mapping[str, Any]) -> dict:
             raise InvalidMessage("box space needs 'shape', a list of non-negative ints")
         try:
             np.dtype(desc.get("dtype"))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, SyntaxError, OverflowError) as exc:
             raise InvalidMessage(f"box space has a bad dtype {desc.get('dtype')!r}") from exc
         for bound in ("low", "high"):
             value = desc.get(bound)
