@@ -1,1 +1,22 @@
-"""rlinks-rllib."""
+"""rlinks-rllib: train Ray RLlib on external simulators that connect over TCP.
+
+The package root stays import-light (no Ray, no torch): a simulator machine
+imports :mod:`rlinks_rllib.client` without Ray installed. The server side is
+reached as ``from rlinks_rllib import RLinkEnvRunner``, imported on first use.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["RLinkEnvRunner", "rlinks_env_config", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "RLinkEnvRunner":
+        from .server.env_runner import RLinkEnvRunner
+
+        return RLinkEnvRunner
+    if name == "rlinks_env_config":
+        from .server.settings import rlinks_env_config
+
+        return rlinks_env_config
+    raise AttributeError(f"module 'rlinks_rllib' has no attribute {name!r}")

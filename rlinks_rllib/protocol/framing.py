@@ -12,9 +12,17 @@ from typing import Any
 from .codec import Buffer, decode_body, encode_body
 from .errors import FrameError, FrameTooLarge, ProtocolError
 from .limits import DEFAULT_MAX_FRAME_BYTES, HEADER_BYTES, MAX_BODY_BYTES
-from .messages import validate_message
+from .messages import MessageType, validate_message
 
-__all__ = ["encode_message", "encode_message_parts", "encode_frame", "parse_header", "FrameDecoder"]
+__all__ = [
+    "encode_message",
+    "encode_message_parts",
+    "encode_frame",
+    "encode_body_once",
+    "encode_set_state_parts",
+    "parse_header",
+    "FrameDecoder",
+]
 
 
 def _header(body_len: int) -> bytes:
@@ -61,6 +69,42 @@ def encode_frame(body: Buffer) -> bytes:
         FrameTooLarge: the body would need more than 8 digits of length.
     """
     return _header(len(body)) + bytes(body)
+
+
+def encode_body_once(value: Any) -> bytes:
+    """Pack a value once, to splice into many frames with :func:`encode_set_state_parts`.
+
+    Raises:
+        TypeError, UnsafePayload: a value can't go on the wire.
+    """
+    return b"".join(encode_body(value))
+
+
+def encode_set_state_parts(state_body: bytes, **fields: Any) -> list[Buffer]:
+    """A ``SET_STATE`` frame around an already packed ``state`` (see :func:`encode_body_once`).
+
+    Lets a server pack a weight set once per update and send the very same
+    bytes to every client, each with its own small ``fields`` (``want_steps``).
+    The frame is byte for byte what :func:`encode_message` would make of
+    ``{"type": "SET_STATE", **fields, "state": state}``.
+
+    Raises:
+        FrameTooLarge: the body would need more than 8 digits of length.
+    """
+    head = {"type": MessageType.SET_STATE.value, **fields}
+    validate_message({**head, "state": {}})
+    prefix = b"".join(
+        [_map_header(len(head) + 1)]
+        + [b"".join(encode_body(k)) + b"".join(encode_body(v)) for k, v in head.items()]
+        + encode_body("state")
+    )
+    return [_header(len(prefix) + len(state_body)), prefix, state_body]
+
+
+def _map_header(count: int) -> bytes:
+    if count < 16:
+        return bytes([0x80 | count])
+    return b"\xde" + count.to_bytes(2, "big")
 
 
 def parse_header(header: Buffer) -> int:
@@ -206,8 +250,11 @@ class FrameDecoder:
             FrameError: the stream ended mid-frame.
         """
         if self.in_frame:
-            expected = "?" if self._body is None else f"{HEADER_BYTES + len(self._body):,}"
-            raise FrameError(f"connection closed mid-frame after {self.buffered_bytes:,} of {expected} bytes")
+            if self._body is None:
+                got, expected = len(self._header), "?"
+            else:
+                got, expected = HEADER_BYTES + self._filled, f"{HEADER_BYTES + len(self._body):,}"
+            raise FrameError(f"connection closed mid-frame after {got:,} of {expected} bytes")
 
     def _start_body(self) -> int:
         size = parse_header(self._header)

@@ -1,0 +1,86 @@
+"""Who owes the coming on-policy update how many env steps.
+
+An on-policy learner (PPO) trains on a batch sampled with one set of weights,
+then sends new weights. Each ``EPISODES_AND_GET_STATE`` must get exactly one
+``SET_STATE`` back, carrying the weights the client's *next* data will be
+sampled with:
+
+* the current weights while the update still needs steps nobody has promised;
+* otherwise the new weights, so the client waits ("is parked") until they come.
+
+Clients that speak the ``want_steps`` extension are told how many steps to
+send next; the promises never add up to more than the update needs, so their
+data reaches the learner with a policy lag of 0 and none is thrown away.
+Plain RLlib clients can't be told; they send what they like, and steps beyond
+the update's need wait for the next one (their lag is reported).
+
+This is pure bookkeeping: no sockets, threads or Ray.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UpdateBudget"]
+
+
+class UpdateBudget:
+    """Steps the coming update needs, steps received for it, and steps promised.
+
+    Args:
+        target: env steps one update takes from this runner.
+    """
+
+    def __init__(self, target: int) -> None:
+        if target < 1:
+            raise ValueError(f"an update needs at least one step, got {target}")
+        self.target = target
+        self.received = 0
+        self._promised: dict[str, int] = {}
+
+    @property
+    def promised(self) -> int:
+        return sum(self._promised.values())
+
+    @property
+    def unassigned(self) -> int:
+        """Steps the update still needs that no client has been asked for."""
+        return max(0, self.target - self.received - self.promised)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the update has all the steps it needs."""
+        return self.received >= self.target
+
+    def record(self, client: str, steps: int) -> None:
+        """``client`` delivered ``steps`` sampled with the current weights."""
+        self.received += steps
+        left = self._promised.pop(client, 0) - steps
+        if left > 0:
+            self._promised[client] = left
+
+    def assign(self, client: str, share: int) -> int:
+        """Promise up to ``share`` of the unassigned steps to ``client``; return how many."""
+        steps = min(max(0, share), self.unassigned)
+        if steps:
+            self._promised[client] = self._promised.get(client, 0) + steps
+        return steps
+
+    def forget(self, client: str) -> None:
+        """``client`` left; what it promised is unassigned again."""
+        self._promised.pop(client, None)
+
+    def should_park(self) -> bool:
+        """Whether a client that just delivered must wait for new weights."""
+        return self.unassigned == 0
+
+    def next_update(self) -> None:
+        """New weights arrived: start counting for the next update."""
+        self.received = 0
+        self._promised.clear()
+
+    @staticmethod
+    def split(total: int, parts: int) -> list[int]:
+        """``total`` steps split over ``parts`` clients as evenly as whole steps allow."""
+        if parts <= 0:
+            return []
+        base, extra = divmod(total, parts)
+        return [base + (1 if i < extra else 0) for i in range(parts)]

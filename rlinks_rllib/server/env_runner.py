@@ -1,0 +1,276 @@
+"""``RLinkEnvRunner``: an RLlib EnvRunner whose environments are remote simulators.
+
+Register it like any EnvRunner::
+
+    config = (
+        PPOConfig()
+        .environment(observation_space=obs_space, action_space=act_space,
+                     env_config={"port": 5555})
+        .env_runners(env_runner_cls=RLinkEnvRunner, num_env_runners=2)
+    )
+
+Each remote runner listens on ``port + worker_index`` (the driver's local
+runner listens only when there are no remote ones). Any number of
+simulators connect to a runner, run the policy themselves, and send episodes;
+``sample()`` hands RLlib what has arrived, and ``set_state()`` sends the new
+weights back. See :mod:`.settings` for every ``env_config`` key.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Collection, Optional, Union
+
+import gymnasium as gym
+import ray
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+from ray.rllib.utils.numpy import convert_to_numpy
+
+from .. import __version__
+from ..protocol import messages as msgs
+from ..protocol.config import build_config
+from ..protocol.spaces import describe_space
+from .episodes import EpisodeIngest
+from .listener import RLinkServer
+from .metrics import EpisodeTotals, TransportMetrics, log_episode, log_sampled
+from .settings import RLinkSettings
+
+__all__ = ["RLinkEnvRunner", "runner_addresses"]
+
+logger = logging.getLogger("rlinks_rllib.server")
+
+#: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
+_DEFAULT_SAMPLE_TIMEOUT_S = 60.0
+
+
+def _is_on_policy(config: Any) -> bool:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return isinstance(config, PPOConfig)
+
+
+class RLinkEnvRunner(EnvRunner, Checkpointable):
+    """An EnvRunner that serves RLlink clients instead of stepping an env.
+
+    Raises (from the constructor):
+        ValueError: the config lacks observation/action spaces or has bad rlinks settings.
+        OSError: the port can't be bound (the runner fails loudly instead of idling).
+    """
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        self.worker_index: int = kwargs.get("worker_index", 0) or 0
+        self.settings = RLinkSettings.from_env_config(self.config.env_config)
+        if self.config.observation_space is None or self.config.action_space is None:
+            raise ValueError(
+                "RLinkEnvRunner needs the spaces up front: "
+                "config.environment(observation_space=..., action_space=...)"
+            )
+        self._weights_seq_no = 0
+        self.module = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True).build()
+        self._episode_totals = EpisodeTotals()
+        self._transport_metrics = TransportMetrics()
+        self._lags: list[int] = []
+        self._dropped_stale_steps = 0
+        self._target_steps = int(self.config.get_rollout_fragment_length(self.worker_index)) * int(
+            self.config.num_envs_per_env_runner
+        )
+        self.on_policy = _is_on_policy(self.config)
+
+        self.server: Optional[RLinkServer] = None
+        serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
+        if serves and not self.config.in_evaluation:
+            self.server = RLinkServer(
+                self.settings,
+                port=self.settings.port_for(self.worker_index),
+                ingest=EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings),
+                config_message=self._config_message,
+                update_steps=self._target_steps,
+                on_policy=self.on_policy,
+            )
+            self.server.replace_weights(self._module_params(), self._weights_seq_no)
+            self.server.start()
+            logger.info("RLinkEnvRunner %d: simulators connect to %s:%d", self.worker_index, *self.address)
+
+    # -- where to connect ------------------------------------------------------
+
+    @property
+    def address(self) -> Optional[tuple[str, int]]:
+        """The (host, port) this runner listens on; ``None`` if it doesn't listen."""
+        if self.server is None:
+            return None
+        host, port = self.server.address
+        if host in ("0.0.0.0", "::"):
+            host = ray.util.get_node_ip_address()
+        return host, port
+
+    def get_address(self) -> Optional[tuple[str, int]]:
+        """Same as :attr:`address`, callable remotely through ``foreach_env_runner``."""
+        return self.address
+
+    def get_transport_stats(self) -> dict:
+        """The network side's counters now (for live views and tests)."""
+        if self.server is None:
+            return {}
+        stats = self.server.stats.snapshot()
+        stats.update(inbox_steps=self.server.inbox.steps, weights_seq_no=self._weights_seq_no,
+                     dropped_stale_steps=self._dropped_stale_steps)
+        return stats
+
+    # -- EnvRunner API -----------------------------------------------------------
+
+    def assert_healthy(self):
+        """Raises if this runner should listen but its listener is gone."""
+        if self.server is not None and not self.server.healthy:
+            raise RuntimeError(f"RLinkEnvRunner {self.worker_index}: the listener on {self.server.address} is down")
+
+    def sample(self, **kwargs) -> list:
+        """Return the episodes clients sent, once there are enough or time is nearly up.
+
+        Waits until this runner's share of a train batch has arrived, or until
+        ``sample_wait_fraction`` of RLlib's ``sample_timeout_s`` has passed,
+        then returns what it holds: Ray never abandons the call, so no batch is
+        thrown away. Steps beyond the share wait for the next call.
+        """
+        if self.server is None:
+            return []
+        timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
+        batches = self.server.inbox.take(self._target_steps, timeout_s * self.settings.sample_wait_fraction)
+        episodes = []
+        steps = 0
+        done = 0
+        for batch in batches:
+            lag = max(0, self._weights_seq_no - batch.weights_seq_no)
+            if lag and self.settings.drop_stale_steps:
+                self._dropped_stale_steps += batch.steps
+                continue
+            self._lags.append(lag)
+            for episode in batch.episodes:
+                finished = self._episode_totals.add(episode)
+                if finished is not None:
+                    done += 1
+                    log_episode(self.metrics, *finished, window=self.config.metrics_num_episodes_for_smoothing)
+            episodes.extend(batch.episodes)
+            steps += batch.steps
+        log_sampled(self.metrics, steps, done)
+        self.num_env_steps_sampled_lifetime += steps
+        return episodes
+
+    def get_metrics(self) -> dict:
+        if self.server is not None:
+            self._transport_metrics.log(
+                self.metrics,
+                self.server.stats.snapshot(),
+                inbox_steps=self.server.inbox.steps,
+                inbox_bytes=self.server.inbox.nbytes,
+                weights_seq_no=self._weights_seq_no,
+                lags=self._lags,
+                dropped_stale_steps=self._dropped_stale_steps,
+            )
+            self._lags = []
+        return self.metrics.reduce()
+
+    def get_spaces(self):
+        spaces = (self.config.observation_space, self.config.action_space)
+        return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
+
+    def stop(self) -> None:
+        """Close every client connection and the listener; returns within seconds."""
+        if self.server is not None:
+            self.server.stop()
+
+    def __del__(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.stop(timeout=1.0)
+
+    # -- Checkpointable ----------------------------------------------------------
+
+    def get_ctor_args_and_kwargs(self):
+        return (), {"config": self.config}
+
+    def get_checkpointable_components(self):
+        return [(COMPONENT_RL_MODULE, self.module)]
+
+    def get_state(
+        self,
+        components: Optional[Union[str, Collection[str]]] = None,
+        *,
+        not_components: Optional[Union[str, Collection[str]]] = None,
+        **kwargs,
+    ) -> dict:
+        return {COMPONENT_RL_MODULE: self.module.get_state(), WEIGHTS_SEQ_NO: self._weights_seq_no}
+
+    def set_state(self, state: dict) -> None:
+        """Take new weights; release waiting clients only if they really are newer.
+
+        A state without module weights, or whose ``weights_seq_no`` is not
+        above the current one, releases nobody. RLlib's ``weights_seq_no=0``
+        ("force", sent once at setup) replaces the weights served from now on
+        but is not a new version: no client is released by it.
+        """
+        if COMPONENT_RL_MODULE not in state:
+            return
+        seq_no = state.get(WEIGHTS_SEQ_NO, 0) or 0
+        if seq_no and seq_no <= self._weights_seq_no:
+            return
+        module_state = state[COMPONENT_RL_MODULE]
+        if isinstance(module_state, ray.ObjectRef):
+            module_state = ray.get(module_state)
+        if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state:
+            module_state = module_state[DEFAULT_MODULE_ID]
+        self.module.set_state(module_state)
+        if self.server is None:
+            self._weights_seq_no = seq_no or self._weights_seq_no
+        elif seq_no:
+            self._weights_seq_no = seq_no
+            self.server.publish_weights(self._module_params(), seq_no)
+        else:
+            self.server.replace_weights(self._module_params(), self._weights_seq_no)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _module_params(self) -> dict:
+        return convert_to_numpy(self.module.get_state(inference_only=True))
+
+    def _config_message(self) -> dict:
+        cfg = self.config
+        model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
+        description = build_config(
+            algorithm=type(cfg).__name__.removesuffix("Config"),
+            observation_space=describe_space(cfg.observation_space),
+            action_space=describe_space(cfg.action_space),
+            rollout_fragment_length=self._target_steps,
+            on_policy=self.on_policy,
+            model_config={k: v for k, v in model_config.items() if isinstance(v, (int, float, str, bool, list, type(None)))},
+            weights_layout={k: list(v.shape) for k, v in self._module_params().items()},
+            server=f"rlinks-rllib/{__version__}",
+        )
+        if self.settings.unsafe_pickle_config:
+            import pickle
+
+            # UNSAFE by design and by name: RLlib's own client unpickles this.
+            return {"type": msgs.MessageType.SET_CONFIG.value, "config": pickle.dumps(cfg), "rlinks_config": description}
+        return {"type": msgs.MessageType.SET_CONFIG.value, "config": description}
+
+
+def runner_addresses(algo: Any) -> list[tuple[int, str, int]]:
+    """``(worker_index, host, port)`` of every listening runner of an Algorithm."""
+    group = algo.env_runner_group
+    found: list[tuple[int, str, int]] = []
+    if group.num_remote_env_runners() > 0:
+        results = group.foreach_env_runner(
+            lambda runner: (runner.worker_index, runner.get_address()), local_env_runner=False
+        )
+    else:
+        local = group.local_env_runner
+        results = [(local.worker_index, local.get_address())]
+    for index, address in results:
+        if address is not None:
+            found.append((index, address[0], address[1]))
+    return sorted(found)

@@ -1,0 +1,119 @@
+"""The bounded queue of episode batches between the network thread and ``sample()``.
+
+The network thread puts one :class:`Batch` per ``EPISODES`` message; RLlib's
+actor thread takes them out in ``sample()``. The inbox never drops a batch
+and never blocks the network thread: it only reports when it is full, and
+the network thread then stops reading from clients, so TCP pushes back on
+them. A put may overshoot the bound by at most one message, which is itself
+bounded by the frame size limit.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Batch", "Inbox"]
+
+
+@dataclass
+class Batch:
+    """The episodes of one message, and what we know about how they were made."""
+
+    episodes: list[Any]
+    steps: int
+    nbytes: int
+    #: Version of the weights the client held when it sampled these steps.
+    weights_seq_no: int
+    client: str
+    received_at: float = field(default_factory=time.monotonic)
+
+
+class Inbox:
+    """FIFO of batches bounded in env steps and bytes, safe across two threads.
+
+    Args:
+        max_steps: steps held before :meth:`full` says so.
+        max_bytes: frame bytes held before :meth:`full` says so.
+        on_drained: called (from the taking thread) when a take leaves room
+            again after the inbox was full; the network side resumes reading.
+    """
+
+    def __init__(self, max_steps: int, max_bytes: int, on_drained: Callable[[], None] | None = None) -> None:
+        self.max_steps = max_steps
+        self.max_bytes = max_bytes
+        self._on_drained = on_drained
+        self._batches: collections.deque[Batch] = collections.deque()
+        self._steps = 0
+        self._bytes = 0
+        self._was_full = False
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def full(self) -> bool:
+        """Whether the network side should stop reading until the next take."""
+        with self._cond:
+            return self._full_locked()
+
+    def _full_locked(self) -> bool:
+        return self._steps >= self.max_steps or self._bytes >= self.max_bytes
+
+    def put(self, batch: Batch) -> bool:
+        """Add a batch; never blocks. Returns whether the inbox is now full."""
+        with self._cond:
+            self._batches.append(batch)
+            self._steps += batch.steps
+            self._bytes += batch.nbytes
+            full = self._full_locked()
+            self._was_full = self._was_full or full
+            self._cond.notify_all()
+            return full
+
+    def take(self, min_steps: int, timeout: float) -> list[Batch]:
+        """Wait until ``min_steps`` are held or ``timeout`` passes; take at least that many.
+
+        Takes whole batches, oldest first, until their steps reach
+        ``min_steps``; what is left waits for the next call. On timeout it
+        takes everything held (possibly nothing).
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while self._steps < min_steps and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            taken: list[Batch] = []
+            got = 0
+            while self._batches and got < min_steps:
+                batch = self._batches.popleft()
+                taken.append(batch)
+                got += batch.steps
+                self._steps -= batch.steps
+                self._bytes -= batch.nbytes
+            drained = self._was_full and not self._full_locked()
+            if drained:
+                self._was_full = False
+        if drained and self._on_drained is not None:
+            self._on_drained()
+        return taken
+
+    def close(self) -> None:
+        """Make every waiting and later :meth:`take` return at once (shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

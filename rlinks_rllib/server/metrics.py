@@ -1,0 +1,122 @@
+"""The numbers an RLinkEnvRunner reports in RLlib's results.
+
+Two kinds: RLlib's own episode metrics (return, length, duration), with an
+episode that arrived in several chunks counted once, when its last chunk
+arrives; and the transport's own under the ``rlinks`` key (clients, frames,
+bytes, errors, inbox depth, policy lag, dropped steps).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import (
+    EPISODE_AGENT_RETURN_MEAN,
+    EPISODE_DURATION_SEC_MEAN,
+    EPISODE_LEN_MAX,
+    EPISODE_LEN_MEAN,
+    EPISODE_LEN_MIN,
+    EPISODE_MODULE_RETURN_MEAN,
+    EPISODE_RETURN_MAX,
+    EPISODE_RETURN_MEAN,
+    EPISODE_RETURN_MIN,
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+)
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episode"]
+
+#: Results key under which the transport metrics appear.
+RUNNER_METRICS_KEY = "rlinks"
+
+#: Chunks of unfinished episodes remembered at most (oldest forgotten first).
+_MAX_OPEN_EPISODES = 100_000
+
+
+class EpisodeTotals:
+    """Adds up the chunks of each episode until its last one arrives."""
+
+    def __init__(self) -> None:
+        self._open: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
+
+    def add(self, episode: Any) -> tuple[int, float, float] | None:
+        """Account a chunk; return (length, return, duration) once the episode is done."""
+        totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0]
+        totals[0] += len(episode)
+        totals[1] += float(episode.get_return())
+        totals[2] += float(episode.get_duration_s() or 0.0)
+        if episode.is_done:
+            return int(totals[0]), totals[1], totals[2]
+        self._open[episode.id_] = totals
+        while len(self._open) > _MAX_OPEN_EPISODES:
+            self._open.popitem(last=False)
+        return None
+
+
+def log_sampled(metrics: MetricsLogger, steps: int, episodes_done: int) -> None:
+    """RLlib's per-sample step and episode counters (same keys as SingleAgentEnvRunner)."""
+    metrics.log_value(NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")
+    metrics.log_value((NUM_AGENT_STEPS_SAMPLED, DEFAULT_AGENT_ID), steps, reduce="sum")
+    metrics.log_value((NUM_MODULE_STEPS_SAMPLED, DEFAULT_MODULE_ID), steps, reduce="sum")
+    metrics.log_value(NUM_EPISODES, episodes_done, reduce="sum")
+    metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum", with_throughput=True)
+    metrics.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, DEFAULT_AGENT_ID), steps, reduce="lifetime_sum")
+    metrics.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, DEFAULT_MODULE_ID), steps, reduce="lifetime_sum")
+    metrics.log_value(NUM_EPISODES_LIFETIME, episodes_done, reduce="lifetime_sum")
+
+
+def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float, window: int) -> None:
+    """One finished episode, into RLlib's episode metrics."""
+    metrics.log_value(EPISODE_LEN_MEAN, length, window=window)
+    metrics.log_value(EPISODE_RETURN_MEAN, ret, window=window)
+    metrics.log_value(EPISODE_DURATION_SEC_MEAN, duration, window=window)
+    metrics.log_value((EPISODE_AGENT_RETURN_MEAN, DEFAULT_AGENT_ID), ret, window=window)
+    metrics.log_value((EPISODE_MODULE_RETURN_MEAN, DEFAULT_MODULE_ID), ret, window=window)
+    metrics.log_value(EPISODE_LEN_MIN, length, reduce="min", window=window)
+    metrics.log_value(EPISODE_RETURN_MIN, ret, reduce="min", window=window)
+    metrics.log_value(EPISODE_LEN_MAX, length, reduce="max", window=window)
+    metrics.log_value(EPISODE_RETURN_MAX, ret, reduce="max", window=window)
+
+
+_COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",
+             "bytes_out", "batches_in", "steps_in", "duplicates", "errors_total")
+
+
+class TransportMetrics:
+    """Logs the network side's counters as deltas, so RLlib sums them over runners."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    def _delta(self, name: str, value: int) -> int:
+        delta = value - self._last.get(name, 0)
+        self._last[name] = value
+        return delta
+
+    def log(self, metrics: MetricsLogger, snapshot: dict, *, inbox_steps: int, inbox_bytes: int,
+            weights_seq_no: int, lags: list[int], dropped_stale_steps: int) -> None:
+        key = RUNNER_METRICS_KEY
+        # Gauges: the latest value of this runner (the max over runners once aggregated).
+        metrics.log_value((key, "clients_connected"), snapshot["clients_connected"], reduce="max", window=1)
+        metrics.log_value((key, "inbox_steps"), inbox_steps, reduce="max", window=1)
+        metrics.log_value((key, "inbox_bytes"), inbox_bytes, reduce="max", window=1)
+        metrics.log_value((key, "weights_seq_no"), weights_seq_no, reduce="max", window=1)
+        # Counters: totals over the run, summed over runners.
+        for name in _COUNTERS:
+            metrics.log_value((key, name), self._delta(name, snapshot[name]), reduce="lifetime_sum")
+        for code, count in snapshot["errors"].items():
+            metrics.log_value((key, "errors", code), self._delta("error:" + code, count), reduce="lifetime_sum")
+        metrics.log_value((key, "dropped_stale_steps"), self._delta("dropped", dropped_stale_steps),
+                          reduce="lifetime_sum")
+        if lags:
+            metrics.log_value((key, "policy_lag_mean"), sum(lags) / len(lags), window=100)
+            metrics.log_value((key, "policy_lag_max"), max(lags), reduce="max", window=100)

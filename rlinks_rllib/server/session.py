@@ -1,0 +1,269 @@
+"""One connected client: its handshake, its messages, its deadlines.
+
+A :class:`Session` is the asyncio protocol object of one TCP connection. It
+feeds the bytes it reads to a :class:`~rlinks_rllib.protocol.FrameDecoder`,
+acts on each message through the :class:`~.listener.RLinkServer` that owns
+it, and closes the connection with an ``ERROR`` on anything it can't accept.
+Nothing a client sends can raise out of a session: every failure ends that
+one connection and is logged and counted.
+
+States::
+
+    handshake --PING--> ready --EPISODES_AND_GET_STATE (update complete)--> parked
+                          ^                                                   |
+                          +----------------- SET_STATE (new weights) ---------+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import (
+    Extension,
+    FrameDecoder,
+    MessageType,
+    ProtocolError,
+    UnsupportedMessage,
+    encode_message,
+    make_offer,
+    negotiate,
+    parse_offer,
+)
+from ..protocol import messages as msgs
+from ..protocol.codec import Buffer
+
+if TYPE_CHECKING:
+    from .listener import RLinkServer
+
+__all__ = ["Session", "SessionState", "IngestError"]
+
+logger = logging.getLogger("rlinks_rllib.server")
+
+_READ_CHUNK = 256 * 1024
+_MAX_CLIENT_ID = 64
+
+
+class IngestError(ValueError):
+    """Episodes that are well-formed RLlink but not acceptable to this runner.
+
+    Attributes:
+        code: the ``ERROR`` code to send (``bad_episode`` or ``limit_exceeded``).
+    """
+
+    def __init__(self, message: str, code: str = "bad_episode") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SessionState(enum.Enum):
+    HANDSHAKE = "handshake"
+    READY = "ready"
+    PARKED = "parked"
+    CLOSED = "closed"
+
+
+_SERVER_TO_CLIENT = frozenset(
+    {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK}
+)
+
+
+class Session(asyncio.BufferedProtocol):
+    """The server's side of one client connection."""
+
+    def __init__(self, server: "RLinkServer", number: int) -> None:
+        self.server = server
+        self.number = number
+        self.state = SessionState.HANDSHAKE
+        self.peer = "?"
+        self.client_id = f"conn-{number}"
+        self.extensions: frozenset[str] = frozenset()
+        #: Weights version the client holds: what its next batch is sampled with.
+        self.weights_seq_no = 0
+        self.agent = ""
+        self.opened_at = time.monotonic()
+        self.last_activity = self.opened_at
+        self.frame_started_at: float | None = None
+        self.reading_paused = False
+        self.batches_in = 0
+        self.steps_in = 0
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(server.settings.max_frame_bytes)
+        self._chunk = bytearray(_READ_CHUNK)
+        self._gave_body_buffer = False
+
+    # -- asyncio protocol -------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.session_opened(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        body = self._decoder.next_read_buffer()
+        self._gave_body_buffer = body is not None
+        return body if body is not None else memoryview(self._chunk)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_activity = time.monotonic()
+        self.server.stats.bytes_in += nbytes
+        try:
+            if self._gave_body_buffer:
+                messages = self._decoder.advance(nbytes)
+            else:
+                messages = self._decoder.feed(memoryview(self._chunk)[:nbytes])
+            self.frame_started_at = (self.frame_started_at or self.last_activity) if self._decoder.in_frame else None
+            for message in messages:
+                if self.state is SessionState.CLOSED:
+                    return
+                self.server.stats.frames_in += 1
+                self._handle(message)
+        except ProtocolError as exc:
+            self.fail(exc.code, str(exc))
+        except IngestError as exc:
+            self.fail(exc.code, str(exc))
+
+    def eof_received(self) -> bool:
+        try:
+            self._decoder.eof()
+        except ProtocolError as exc:
+            self._log_close(f"{exc}")
+            self.server.stats.count_error(exc.code)
+        return False  # let asyncio close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is not SessionState.CLOSED:
+            self._log_close(f"connection lost ({exc})" if exc else "client closed the connection")
+        self.state = SessionState.CLOSED
+        self.server.session_closed(self)
+
+    # -- sending ----------------------------------------------------------
+
+    def send(self, message: dict) -> None:
+        """Send one message (a small one: it is packed here, for this client only)."""
+        self.send_parts([encode_message(message)])
+
+    def send_parts(self, parts: list[Buffer]) -> None:
+        """Send a frame given as buffers; shared buffers (weights) are not copied."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        for part in parts:
+            transport.write(part)
+            self.server.stats.bytes_out += len(part) if isinstance(part, bytes) else part.nbytes
+        self.server.stats.frames_out += 1
+        queued = transport.get_write_buffer_size()
+        if queued > self.server.settings.max_write_buffer_bytes:
+            self.fail("limit_exceeded", f"client reads too slowly: {queued:,} bytes queued for it")
+
+    def fail(self, code: str, reason: str) -> None:
+        """Send ``ERROR`` and close: the client did something we can't accept."""
+        if self.state is SessionState.CLOSED:
+            return
+        self.server.stats.count_error(code)
+        self._log_close(f"ERROR {code}: {reason}", level=logging.WARNING)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(encode_message(msgs.error(code, reason[:1000])))
+        self.close()
+
+    def close(self) -> None:
+        """Close after flushing what was written; the session forgets its promises."""
+        if self.state is SessionState.CLOSED:
+            return
+        self.state = SessionState.CLOSED
+        if self._transport is not None:
+            self._transport.close()
+        self.server.session_closed(self)
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+            self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+            self.reading_paused = False
+            self.last_activity = time.monotonic()
+
+    # -- deadlines (called by the server's periodic check) -----------------
+
+    def check_deadlines(self, now: float) -> None:
+        settings = self.server.settings
+        if self.state is SessionState.CLOSED or self.reading_paused:
+            return
+        if self.state is SessionState.HANDSHAKE and now - self.opened_at > settings.handshake_timeout_s:
+            self.fail("limit_exceeded", f"no PING within {settings.handshake_timeout_s:g} s of connecting")
+        elif self.frame_started_at is not None and now - self.frame_started_at > settings.frame_timeout_s:
+            self.fail(
+                "limit_exceeded",
+                f"a frame took longer than {settings.frame_timeout_s:g} s to arrive "
+                f"({self._decoder.buffered_bytes:,} bytes so far)",
+            )
+        elif self.state is SessionState.READY and now - self.last_activity > settings.idle_timeout_s:
+            self.fail("limit_exceeded", f"idle for more than {settings.idle_timeout_s:g} s")
+
+    # -- messages ---------------------------------------------------------
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = MessageType(message["type"])
+        if kind in _SERVER_TO_CLIENT:
+            raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
+        if self.state is SessionState.HANDSHAKE:
+            if kind is not MessageType.PING:
+                raise UnsupportedMessage(f"expected PING as the first message, got {kind.value}")
+            self._on_ping(message)
+            return
+        if self.state is SessionState.PARKED:
+            raise UnsupportedMessage(f"{kind.value} while waiting for SET_STATE; wait for the reply first")
+        if kind is MessageType.PING:
+            self._on_ping(message)
+        elif kind is MessageType.GET_CONFIG:
+            self.send_parts([self.server.config_frame()])
+        elif kind is MessageType.GET_STATE:
+            self.server.send_weights(self, on_policy_request=False)
+        elif kind is MessageType.EPISODES:
+            self._on_episodes(message, on_policy=False)
+        elif kind is MessageType.EPISODES_AND_GET_STATE:
+            self._on_episodes(message, on_policy=True)
+
+    def _on_ping(self, message: dict[str, Any]) -> None:
+        offer = parse_offer(message)
+        reply_offer = None
+        if offer is not None:
+            self.extensions = negotiate(offer, self.server.supported_extensions)
+            self.agent = offer.agent
+            client_id = offer.extra.get("client_id")
+            if type(client_id) is str and 0 < len(client_id) <= _MAX_CLIENT_ID:
+                self.client_id = client_id
+            reply_offer = make_offer(self.extensions, agent=self.server.agent)
+        if self.state is SessionState.HANDSHAKE:
+            self.state = SessionState.READY
+            logger.info(
+                "client %s connected from %s (%s; extensions: %s)",
+                self.client_id, self.peer, self.agent or "plain RLlink", ", ".join(sorted(self.extensions)) or "none",
+            )
+        self.send(msgs.pong(reply_offer))
+
+    def _on_episodes(self, message: dict[str, Any], *, on_policy: bool) -> None:
+        seq = message.get("seq") if Extension.ACK.value in self.extensions else None
+        if seq is not None and self.server.already_held(self.client_id, seq):
+            self.server.stats.duplicates += 1
+            self.send(msgs.ack(seq))
+            if on_policy:
+                self.server.after_on_policy_batch(self, 0)
+            return
+        steps = self.server.ingest(self, message["episodes"])
+        if seq is not None:
+            self.server.mark_held(self.client_id, seq)
+            self.send(msgs.ack(seq))
+        if on_policy:
+            self.server.after_on_policy_batch(self, steps)
+
+    def _log_close(self, reason: str, level: int = logging.INFO) -> None:
+        logger.log(level, "client %s (%s) disconnected: %s", self.client_id, self.peer, reason)

@@ -1,0 +1,122 @@
+"""What a user can set for :class:`~.env_runner.RLinkEnvRunner`, and where.
+
+Settings live in ``AlgorithmConfig.env_config`` as flat keys, next to RLlib's
+own ``port`` key, so a script written for RLlib's
+``EnvRunnerServerForExternalInference`` switches over by changing the class::
+
+    config.environment(env_config={"port": 5555, "unsafe_pickle_config": True})
+
+:func:`rlinks_env_config` builds that dict with types checked;
+:meth:`RLinkSettings.from_env_config` reads it back on the runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
+
+__all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK"]
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class RLinkSettings:
+    """Every knob of the server side, with its default.
+
+    Attributes:
+        host: address to listen on; ``0.0.0.0`` to accept simulators from other machines.
+        port: base port; the runner with ``worker_index`` i listens on ``port + i``
+            (0 means: let the OS pick a free port for each runner).
+        unsafe_pickle_config: answer ``GET_CONFIG`` with RLlib's pickled
+            ``AlgorithmConfig`` as RLlib's own dummy client needs. UNSAFE: the
+            pickle runs code in the client that loads it, so only switch it on
+            for clients you trust to trust you.
+        max_clients: connections one runner accepts at once; more are refused with an ERROR.
+        handshake_timeout_s: time a new connection has to send its PING.
+        idle_timeout_s: a client that sends nothing for this long (while we owe it
+            nothing) is disconnected.
+        frame_timeout_s: time a frame may take to arrive once its first byte has.
+        max_frame_bytes: largest frame accepted.
+        max_episodes_per_message: episode chunks one EPISODES message may carry.
+        max_steps_per_chunk: env steps one episode chunk may carry.
+        inbox_max_steps: env steps held for ``sample()`` before the runner stops
+            reading from clients (TCP then pushes back on them).
+        inbox_max_bytes: the same bound in bytes of frames.
+        sample_wait_fraction: share of RLlib's ``sample_timeout_s`` that
+            ``sample()`` may wait for steps before returning what it has.
+        drop_stale_steps: drop (and count) steps sampled with weights older than
+            the current ones instead of training on them with their lag reported.
+        max_write_buffer_bytes: bytes queued to one client before it is cut off as too slow.
+    """
+
+    host: str = LOOPBACK
+    port: int = 5555
+    unsafe_pickle_config: bool = False
+    max_clients: int = 256
+    handshake_timeout_s: float = 10.0
+    idle_timeout_s: float = 600.0
+    frame_timeout_s: float = 120.0
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_episodes_per_message: int = 4096
+    max_steps_per_chunk: int = 100_000
+    inbox_max_steps: int = 1_000_000
+    inbox_max_bytes: int = 1024 * 1024 * 1024
+    sample_wait_fraction: float = 0.75
+    drop_stale_steps: bool = False
+    max_write_buffer_bytes: int = 256 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = {"str": str, "int": int, "float": (int, float), "bool": bool}[f.type]
+            if type(value) is bool and f.type != "bool" or not isinstance(value, expected):
+                raise ValueError(f"rlinks setting {f.name!r} must be {f.type}, got {value!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"rlinks setting 'port' must be in 0..65535, got {self.port}")
+        if not 0 < self.max_frame_bytes <= MAX_BODY_BYTES:
+            raise ValueError(f"rlinks setting 'max_frame_bytes' must be in 1..{MAX_BODY_BYTES}")
+        if not 0 < self.sample_wait_fraction < 1:
+            raise ValueError("rlinks setting 'sample_wait_fraction' must be between 0 and 1")
+        for name in ("max_clients", "max_episodes_per_message", "max_steps_per_chunk",
+                     "inbox_max_steps", "inbox_max_bytes", "max_write_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rlinks setting {name!r} must be positive")
+        for name in ("handshake_timeout_s", "idle_timeout_s", "frame_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"rlinks setting {name!r} must be positive")
+
+    @classmethod
+    def from_env_config(cls, env_config: Mapping[str, Any] | None) -> "RLinkSettings":
+        """Read the settings among the keys of an ``env_config``; other keys are left alone.
+
+        Raises:
+            ValueError: a setting has the wrong type or range.
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in dict(env_config or {}).items() if k in names})
+
+    def port_for(self, worker_index: int) -> int:
+        """The port the runner with ``worker_index`` listens on (0: any free port)."""
+        return 0 if self.port == 0 else self.port + worker_index
+
+
+def rlinks_env_config(**settings: Any) -> dict:
+    """An ``env_config`` dict with rlinks settings, checked now rather than on the runner.
+
+    Example::
+
+        config.environment(observation_space=obs, action_space=act,
+                           env_config=rlinks_env_config(port=5555, host="0.0.0.0"))
+
+    Raises:
+        ValueError: an unknown setting, or a setting of the wrong type or range.
+    """
+    names = {f.name for f in fields(RLinkSettings)}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise ValueError(f"unknown rlinks settings {unknown}; known: {sorted(names)}")
+    return dataclasses.asdict(RLinkSettings(**settings))
