@@ -1,0 +1,135 @@
+"""A simulator that trains with RLlib over RLlink: the template to copy.
+
+Your simulator (a game engine, a robot sim, a legacy program) owns its loop.
+This script shows the four things it has to do, with gymnasium's CartPole
+standing in for the simulator:
+
+1. connect to an RLinkEnvRunner (or to RLlib's own external-env server);
+2. run the policy locally, from the weights the server sends (numpy only);
+3. record each step into episode chunks;
+4. send the chunks and take the new weights that come back.
+
+Run a learner first (``rlinks learner --config configs/ppo_cartpole.yaml``),
+then one or more copies of this::
+
+    python examples/dummy_cartpole_client.py --address 127.0.0.1:5556
+
+No Ray is needed here: numpy, msgpack and gymnasium (for CartPole) only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+from rlinks_rllib.client import PickledConfigRefused, RLinkClient
+from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.client.policy import NumpyPolicy
+
+log = logging.getLogger("dummy_cartpole_client")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--address", default=None, help="learner runner to connect to, HOST:PORT (default 127.0.0.1:5556)")
+    parser.add_argument("--port", type=int, default=None, help="shorthand for --address 127.0.0.1:PORT")
+    parser.add_argument("--max-steps", type=int, default=100_000, help="stop after this many env steps")
+    parser.add_argument("--off-policy", action="store_true", help="send EPISODES without waiting for new weights (APPO, IMPALA)")
+    parser.add_argument("--reliable", action="store_true", help="reconnect after a dropped connection and resend unconfirmed data")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for any one reply")
+    parser.add_argument("--retry-attempts", type=int, default=20, help="connection attempts before giving up")
+    parser.add_argument("--fragment-steps", type=int, default=500, help="steps per batch when the server doesn't say (plain RLlib)")
+    parser.add_argument("--activation", default="tanh", help="hidden activation when the server doesn't say (plain RLlib)")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id standing in for the simulator")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.address is None:
+        args.address = f"127.0.0.1:{args.port or 5556}"
+    return args
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the simulator loop until ``--max-steps``; return a summary."""
+    env = gym.make(args.env)
+    rng = np.random.default_rng(args.seed)
+
+    with RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
+                     reliable=args.reliable) as client:
+        # What the runner expects from us. Our server describes it in plain
+        # msgpack; RLlib's own server only offers a pickle, which we refuse,
+        # so then we fall back to the command line.
+        try:
+            config = client.get_config()
+            fragment = config["rollout_fragment_length"]
+            activation = config["model_config"].get("fcnet_activation", args.activation)
+            on_policy = config["on_policy"] and not args.off_policy
+        except PickledConfigRefused:
+            fragment, activation, on_policy = args.fragment_steps, args.activation, not args.off_policy
+
+        # The first weights, and how many steps the runner wants from us.
+        update = client.get_state()
+        policy = NumpyPolicy(update.params, env.action_space, fcnet_activation=activation, rng=rng)
+        want = fragment if update.want_steps is None else update.want_steps
+        log.info("connected to %s (%s); sending %s batches", args.address,
+                 client.server_agent or "plain RLlink", "on-policy" if on_policy else "off-policy")
+
+        builder = EpisodeBuilder()
+        obs, _ = env.reset(seed=args.seed)
+        builder.reset(obs)
+        returns: collections.deque[float] = collections.deque(maxlen=20)
+        episode_return, steps, episodes = 0.0, 0, 0
+
+        while steps < args.max_steps:
+            # want == 0: the runner has all it needs for this update. Ask
+            # again with nothing; the answer comes with the next weights.
+            if want > 0:
+                out = policy.compute_action(obs)
+                obs, reward, terminated, truncated, _ = env.step(out.action_for_env)
+                builder.step(out.action, reward, obs, terminated, truncated,
+                             extra={"action_logp": out.action_logp, "action_dist_inputs": out.action_dist_inputs})
+                steps += 1
+                episode_return += float(reward)
+                if terminated or truncated:
+                    returns.append(episode_return)
+                    episodes, episode_return = episodes + 1, 0.0
+                    obs, _ = env.reset()
+                    builder.reset(obs)
+                if builder.num_steps < want:
+                    continue
+
+            chunks = builder.take_chunks()
+            if on_policy:
+                # Send, then wait for the weights our next steps must use.
+                update = client.send_episodes_and_get_state(chunks)
+                policy.set_params(update.params)
+                want = fragment if update.want_steps is None else update.want_steps
+            else:
+                # Off-policy: keep going; pick up fresh weights now and then.
+                client.send_episodes(chunks)
+                policy.set_params(client.get_state().params)
+
+        stats = client.stats
+    env.close()
+    return {
+        "steps": steps,
+        "episodes": episodes,
+        "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
+        "reconnects": stats.reconnects,
+        "batches_resent": stats.batches_resent,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    summary = run(parse_args(argv))
+    print("summary: " + " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
