@@ -72,10 +72,16 @@ class UpdateBudget:
         """Whether a client that just delivered must wait for new weights."""
         return self.unassigned == 0
 
-    def next_update(self) -> None:
+    def next_update(self, target: int | None = None) -> None:
         """New weights arrived: start counting for the next update."""
         self.received = 0
         self._promised.clear()
+        if target is not None:
+            self.target = target
+
+    def extend(self, steps: int) -> None:
+        """The learner wants ``steps`` more with the current weights."""
+        self.target = self.received + self.promised + steps
 
     @staticmethod
     def split(total: int, parts: int) -> list[int]:

@@ -81,6 +81,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.config.num_envs_per_env_runner
         )
         self.on_policy = _is_on_policy(self.config)
+        # Steps one on-policy update takes from this runner: its share of the
+        # train batch, at least one rollout fragment.
+        runners = max(1, int(self.config.num_env_runners or 0))
+        self._update_steps = max(self._target_steps, -(-int(self.config.total_train_batch_size) // runners))
+        self._sampled_since_weights = False
 
         self.server: Optional[RLinkServer] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
@@ -90,7 +95,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 port=self.settings.port_for(self.worker_index),
                 ingest=EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings),
                 config_message=self._config_message,
-                update_steps=self._target_steps,
+                update_steps=self._update_steps,
                 on_policy=self.on_policy,
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
@@ -139,6 +144,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         """
         if self.server is None:
             return []
+        if self.on_policy and self._sampled_since_weights:
+            # Called again before new weights: the learner needs more than
+            # this runner's share. Clients waiting for weights go on with the
+            # current ones.
+            self.server.extend_update(self._target_steps)
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
         batches = self.server.inbox.take(self._target_steps, timeout_s * self.settings.sample_wait_fraction)
         episodes = []
@@ -157,6 +167,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                     log_episode(self.metrics, *finished, window=self.config.metrics_num_episodes_for_smoothing)
             episodes.extend(batch.episodes)
             steps += batch.steps
+        self._sampled_since_weights = self._sampled_since_weights or steps > 0
         log_sampled(self.metrics, steps, done)
         self.num_env_steps_sampled_lifetime += steps
         return episodes
@@ -204,7 +215,10 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         not_components: Optional[Union[str, Collection[str]]] = None,
         **kwargs,
     ) -> dict:
-        return {COMPONENT_RL_MODULE: self.module.get_state(), WEIGHTS_SEQ_NO: self._weights_seq_no}
+        state: dict = {WEIGHTS_SEQ_NO: self._weights_seq_no}
+        if self._check_component(COMPONENT_RL_MODULE, components, not_components):
+            state[COMPONENT_RL_MODULE] = self.module.get_state()
+        return state
 
     def set_state(self, state: dict) -> None:
         """Take new weights; release waiting clients only if they really are newer.
@@ -229,6 +243,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self._weights_seq_no = seq_no or self._weights_seq_no
         elif seq_no:
             self._weights_seq_no = seq_no
+            self._sampled_since_weights = False
             self.server.publish_weights(self._module_params(), seq_no)
         else:
             self.server.replace_weights(self._module_params(), self._weights_seq_no)

@@ -302,16 +302,31 @@ class RLinkServer:
 
     def _on_new_weights(self, state_body: bytes, seq_no: int) -> None:
         self._set_weights(state_body, seq_no)
-        self._budget.next_update()
+        self._budget.next_update(self.update_steps)
+        self._release_parked(self.update_steps)
+
+    def _extend_update(self, steps: int) -> None:
+        """The learner asks for more steps with unchanged weights: release the parked.
+
+        Happens when RLlib calls ``sample()`` again before sending new
+        weights (another runner came up short, or the batch is larger than
+        this runner's share). Data sampled now still has a lag of 0.
+        """
+        if not self._budget.complete:
+            return
+        self._budget.extend(steps)
+        self._release_parked(steps)
+
+    def _release_parked(self, steps: int) -> None:
+        """Answer every parked client, sharing ``steps`` among those that can be told."""
         parked = list(self._parked)
         self._parked.clear()
-        shares = UpdateBudget.split(self._budget.target, len(parked))
-        for session, share in zip(parked, shares):
+        for session, share in zip(parked, UpdateBudget.split(steps, len(parked))):
             session.state = SessionState.READY
+            want = None
             if Extension.WANT_STEPS.value in session.extensions:
-                self.send_weights(session, on_policy_request=True, want=self._budget.assign(session.client_id, share))
-            else:
-                self.send_weights(session, on_policy_request=True)
+                want = self._budget.assign(session.client_id, share)
+            self.send_weights(session, on_policy_request=True, want=want)
 
     def _resume_all(self) -> None:
         for session in self._sessions:
@@ -323,6 +338,10 @@ class RLinkServer:
         """New weights from the learner: pack them once, send them to whoever waits."""
         state_body = encode_body_once({"rl_module": params, "weights_seq_no": seq_no})
         self._loop.call_soon_threadsafe(self._on_new_weights, state_body, seq_no)
+
+    def extend_update(self, steps: int) -> None:
+        """Thread-safe :meth:`_extend_update`: RLlib needs ``steps`` more with the same weights."""
+        self._loop.call_soon_threadsafe(self._extend_update, steps)
 
     def replace_weights(self, params: Any, seq_no: int) -> None:
         """Serve these weights from now on without releasing anyone (setup, forced syncs)."""
