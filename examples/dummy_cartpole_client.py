@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import signal
 import sys
 
 import gymnasium as gym
 import numpy as np
 
-from rlinks_rllib.client import PickledConfigRefused, RLinkClient
+from rlinks_rllib.client import PickledConfigRefused, RLinkClient, ServerError
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.client.policy import NumpyPolicy
 
@@ -54,12 +55,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Run the simulator loop until ``--max-steps``; return a summary."""
+    """Run the simulator loop until ``--max-steps``, SIGTERM or the learner's end; return a summary."""
     env = gym.make(args.env)
     rng = np.random.default_rng(args.seed)
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    steps, episodes = 0, 0
+    returns: collections.deque[float] = collections.deque(maxlen=20)
 
-    with RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
-                     reliable=args.reliable) as client:
+    client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
+                         reliable=args.reliable)
+    try:
+        client.connect()
         # What the runner expects from us. Our server describes it in plain
         # msgpack; RLlib's own server only offers a pickle, which we refuse,
         # so then we fall back to the command line.
@@ -81,10 +88,9 @@ def run(args: argparse.Namespace) -> dict:
         builder = EpisodeBuilder()
         obs, _ = env.reset(seed=args.seed)
         builder.reset(obs)
-        returns: collections.deque[float] = collections.deque(maxlen=20)
-        episode_return, steps, episodes = 0.0, 0, 0
+        episode_return = 0.0
 
-        while steps < args.max_steps:
+        while steps < args.max_steps and not stopping:
             # want == 0: the runner has all it needs for this update. Ask
             # again with nothing; the answer comes with the next weights.
             if want > 0:
@@ -112,9 +118,14 @@ def run(args: argparse.Namespace) -> dict:
                 # Off-policy: keep going; pick up fresh weights now and then.
                 client.send_episodes(chunks)
                 policy.set_params(client.get_state().params)
-
+    except ServerError as exc:
+        if exc.code != "shutting_down":
+            raise
+        log.info("the learner stopped; done")  # the normal end of a training run
+    finally:
         stats = client.stats
-    env.close()
+        client.close()
+        env.close()
     return {
         "steps": steps,
         "episodes": episodes,

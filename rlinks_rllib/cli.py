@@ -1,0 +1,168 @@
+"""The ``rlinks`` command: ``learner``, ``client``, ``endpoints`` and ``demo``.
+
+    rlinks learner --config configs/ppo_cartpole.yaml [--port 5555 --gpu-num 1 ...]
+    rlinks client --address 127.0.0.1:5556 -n 4 [-- extra client args]
+    rlinks endpoints runs/latest
+    rlinks demo
+
+``python -m rlinks_rllib`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
+DEMO_CLIENTS = 4
+
+
+def _learner_parser(sub) -> None:
+    p = sub.add_parser(
+        "learner",
+        help="train an RLlib algorithm on simulators that connect over TCP",
+        description="Build the algorithm a config file describes, print where simulators connect, train with "
+                    "a live view, and write a checkpoint, progress.csv and learning_curve.png to --output. "
+                    "Exits 2 if --stop-iters is reached before --stop-reward.",
+    )
+    p.add_argument("--config", required=True, help="YAML file (see configs/)")
+    p.add_argument("--host", help="address runners listen on (0.0.0.0 for simulators on other machines)")
+    p.add_argument("--port", type=int, help="base port: runner i listens on PORT+i (0: any free port)")
+    p.add_argument("--num-env-runners", type=int, help="EnvRunners (each with its own port)")
+    p.add_argument("--gpu-num", type=int, help="learners with one GPU each (0: learn on the CPU)")
+    p.add_argument("--num-learners", type=int, help="learner processes (overrides --gpu-num's count)")
+    p.add_argument("--stop-reward", type=float, help="stop once the mean episode return reaches this")
+    p.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="checkpoint every N iterations")
+    p.add_argument("--output", default="runs/latest", help="folder for checkpoint, CSV and curve")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint folder")
+
+
+def _client_parser(sub) -> None:
+    p = sub.add_parser(
+        "client",
+        help="run N copies of a simulator client against a learner",
+        description="Start N client processes (the dummy CartPole client unless --script says otherwise) and "
+                    "print a summary line per copy. Arguments after -- go to every copy.",
+    )
+    p.add_argument("--address", required=True, help="HOST:PORT of a runner")
+    p.add_argument("-n", "--num-clients", type=int, default=1, help="copies to run")
+    p.add_argument("--script", type=Path, default=None, help="client script (default: examples/dummy_cartpole_client.py)")
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for every copy")
+
+
+def _endpoints_parser(sub) -> None:
+    p = sub.add_parser("endpoints", help="print every runner's address from a learner's output folder")
+    p.add_argument("output", nargs="?", default="runs/latest", help="the learner's --output folder")
+
+
+def _demo_parser(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="PPO on CartPole with 2 runners and 4 dummy clients, to a mean return of 450",
+        description="The main job: a learner with 2 EnvRunners, 4 dummy CartPole clients on this machine, "
+                    "trained until the mean return reaches 450; writes runs/demo/learning_curve.png.",
+    )
+    p.add_argument("--output", default="runs/demo")
+    p.add_argument("--gpu-num", type=int, default=None, help="learners with one GPU each")
+    p.add_argument("--stop-iters", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlinks", description="Train Ray RLlib on external simulators over TCP.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _learner_parser(sub)
+    _client_parser(sub)
+    _endpoints_parser(sub)
+    _demo_parser(sub)
+    return parser
+
+
+def _learner(args) -> int:
+    from .training.learner import LearnerOptions, run_learner
+
+    return run_learner(LearnerOptions(
+        config=args.config, host=args.host, port=args.port, num_env_runners=args.num_env_runners,
+        gpu_num=args.gpu_num, num_learners=args.num_learners, stop_reward=args.stop_reward,
+        stop_iters=args.stop_iters, checkpoint_every=args.checkpoint_every, output=args.output,
+        resume=args.resume,
+    ))
+
+
+def _client(args) -> int:
+    from .training.clients import DEFAULT_SCRIPT, ClientProcesses
+
+    extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    group = ClientProcesses(args.script or DEFAULT_SCRIPT, [args.address] * args.num_clients, extra)
+    try:
+        codes = group.wait()
+    except KeyboardInterrupt:
+        group.stop()
+        codes = [p.returncode or 0 for p in group.procs]
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+def _endpoints(args) -> int:
+    path = Path(args.output) / "endpoints.json"
+    try:
+        endpoints = json.loads(path.read_text())
+    except OSError as exc:
+        print(f"rlinks endpoints: no {path} ({exc.strerror}); is a learner running with --output {args.output}?",
+              file=sys.stderr)
+        return 1
+    for entry in endpoints:
+        print(f"runner {entry['worker_index']}: {entry['host']}:{entry['port']}")
+    return 0
+
+
+def _demo(args) -> int:
+    from .training.clients import DEFAULT_SCRIPT, ClientProcesses
+    from .training.learner import LearnerOptions, run_learner
+
+    groups: list[ClientProcesses] = []
+
+    def start_clients(addresses: list[tuple[int, str, int]]) -> None:
+        targets = [f"{host}:{port}" for _, host, port in addresses]
+        spread = [targets[i % len(targets)] for i in range(DEMO_CLIENTS)]
+        print(f"starting {DEMO_CLIENTS} dummy CartPole clients: {', '.join(spread)}")
+        groups.append(ClientProcesses(DEFAULT_SCRIPT, spread))
+
+    try:
+        code = run_learner(
+            LearnerOptions(config=str(DEMO_CONFIG), output=args.output, gpu_num=args.gpu_num,
+                           stop_iters=args.stop_iters),
+            on_ready=start_clients,
+        )
+    finally:
+        for group in groups:
+            # The learner has stopped; its runners told every client so. Give them
+            # a moment to print their summaries, then make sure none is left.
+            try:
+                group.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a hung client must not hide the demo's result
+                group.stop()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rlinks`` console script."""
+    from .training.config_file import ConfigFileError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    handlers = {"learner": _learner, "client": _client, "endpoints": _endpoints, "demo": _demo}
+    try:
+        return handlers[args.command](args)
+    except ConfigFileError as exc:
+        print(f"rlinks {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:
+        print(f"rlinks {args.command}: {exc}", file=sys.stderr)
+        return 1

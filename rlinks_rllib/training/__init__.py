@@ -1,0 +1,1 @@
+"""The learner application: config files, the training loop, reports, client processes."""

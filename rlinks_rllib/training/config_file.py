@@ -1,0 +1,215 @@
+"""A learner's YAML config file, and the RLlib ``AlgorithmConfig`` it describes.
+
+The file names the algorithm, the spaces the simulators use, and the settings
+of each part, one section each::
+
+    algorithm: PPO
+    spaces: {from_env: CartPole-v1}     # or observation/action, see below
+    training: {lr: 0.0005, train_batch_size_per_learner: 2000}
+    model: {fcnet_hiddens: [64, 64]}
+    env_runners: {num_env_runners: 2}
+    learners: {num_learners: 0}
+    rlinks: {host: 127.0.0.1, port: 5555}
+    stop: {reward: 450, iters: 60}
+
+Every mistake is reported with the file, line and key that caused it, as
+:class:`ConfigFileError`, so ``rlinks learner`` can print one clear line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
+
+SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "rlinks", "stop", "description")
+
+
+class ConfigFileError(ValueError):
+    """A config file that can't be read or describes something invalid."""
+
+
+@dataclass
+class LearnerSpec:
+    """What a config file says, with each key's line kept for error messages."""
+
+    path: str
+    algorithm: str
+    spaces: dict
+    training: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    env_runners: dict = field(default_factory=dict)
+    learners: dict = field(default_factory=dict)
+    rlinks: dict = field(default_factory=dict)
+    stop: dict = field(default_factory=dict)
+    description: str = ""
+    lines: dict = field(default_factory=dict)
+
+    def where(self, *keys: str) -> str:
+        """``path:line`` of a (nested) key, as precisely as known."""
+        for depth in range(len(keys), 0, -1):
+            line = self.lines.get(keys[:depth])
+            if line is not None:
+                return f"{self.path}:{line}"
+        return self.path
+
+
+def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict:
+    lines: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = prefix + (str(key_node.value),)
+            lines[key] = key_node.start_mark.line + 1
+            if len(key) < 2:
+                lines.update(_key_lines(value_node, key))
+    return lines
+
+
+def load_spec(path: str | Path) -> LearnerSpec:
+    """Read and check a config file.
+
+    Raises:
+        ConfigFileError: the file is missing, isn't valid YAML, or has unknown
+            sections or values of the wrong kind; the message names the line.
+    """
+    path = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise ConfigFileError(f"{where}: not valid YAML: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: the file must be a mapping of sections ({', '.join(SECTIONS)})")
+    lines = _key_lines(node) if node is not None else {}
+    for key, value in data.items():
+        where = f"{path}:{lines.get((str(key),), '?')}"
+        if key not in SECTIONS:
+            raise ConfigFileError(f"{where}: unknown section {key!r}; expected one of {', '.join(SECTIONS)}")
+        if key in ("algorithm", "description"):
+            if not isinstance(value, str):
+                raise ConfigFileError(f"{where}: {key!r} must be a string")
+        elif not isinstance(value, dict):
+            raise ConfigFileError(f"{where}: section {key!r} must be a mapping of settings")
+    if "algorithm" not in data:
+        raise ConfigFileError(f"{path}: missing 'algorithm' (e.g. PPO, APPO, IMPALA)")
+    if "spaces" not in data:
+        raise ConfigFileError(f"{path}: missing 'spaces' (from_env: CartPole-v1, or observation/action)")
+    return LearnerSpec(path=path, lines=lines, **{k: v for k, v in data.items()})
+
+
+def parse_space(desc: Any, where: str) -> Any:
+    """A gymnasium space from its YAML form.
+
+    ``{discrete: 2}``, ``{box: {low: -1.0, high: 1.0, shape: [3], dtype: float32}}``
+    or ``{multi_discrete: [3, 2]}``; ``low``/``high`` may be numbers or lists.
+
+    Raises:
+        ConfigFileError: the description is malformed.
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    if not isinstance(desc, dict) or len(desc) != 1:
+        raise ConfigFileError(f"{where}: a space is one of {{discrete: N}}, {{box: {{...}}}}, {{multi_discrete: [...]}}")
+    (kind, value), = desc.items()
+    try:
+        if kind == "discrete":
+            return gym.spaces.Discrete(int(value))
+        if kind == "multi_discrete":
+            return gym.spaces.MultiDiscrete(list(value))
+        if kind == "box":
+            dtype = np.dtype(value.get("dtype", "float32"))
+            shape = tuple(value["shape"]) if "shape" in value else None
+            low = np.array(value["low"], dtype=dtype) if isinstance(value["low"], list) else value["low"]
+            high = np.array(value["high"], dtype=dtype) if isinstance(value["high"], list) else value["high"]
+            return gym.spaces.Box(low=low, high=high, shape=shape, dtype=dtype)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigFileError(f"{where}: bad {kind} space: {exc}") from exc
+    raise ConfigFileError(f"{where}: unknown space kind {kind!r}")
+
+
+def resolve_spaces(spec: LearnerSpec) -> tuple[Any, Any]:
+    """The observation and action spaces a spec names.
+
+    Raises:
+        ConfigFileError: neither ``from_env`` nor both spaces are given, or they are malformed.
+    """
+    spaces = spec.spaces
+    if "from_env" in spaces:
+        import gymnasium as gym
+
+        try:
+            env = gym.make(spaces["from_env"])
+        except gym.error.Error as exc:
+            raise ConfigFileError(f"{spec.where('spaces', 'from_env')}: {exc}") from exc
+        env.close()
+        return env.observation_space, env.action_space
+    if "observation" not in spaces or "action" not in spaces:
+        raise ConfigFileError(f"{spec.where('spaces')}: give 'from_env' or both 'observation' and 'action'")
+    return (
+        parse_space(spaces["observation"], spec.where("spaces", "observation")),
+        parse_space(spaces["action"], spec.where("spaces", "action")),
+    )
+
+
+def _apply(spec: LearnerSpec, section: str, method: Any, values: dict) -> None:
+    """Call ``config.<section>(**values)``, turning RLlib's complaints into file lines."""
+    for key, value in values.items():
+        try:
+            method(**{key: value})
+        except TypeError as exc:
+            raise ConfigFileError(f"{spec.where(section, key)}: {section}: unknown setting {key!r}") from exc
+        except ValueError as exc:
+            raise ConfigFileError(f"{spec.where(section, key)}: {section}.{key}: {exc}") from exc
+
+
+def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) -> Any:
+    """The ``AlgorithmConfig`` a spec describes, with :class:`RLinkEnvRunner` registered.
+
+    ``overrides`` holds command-line values by section, applied on top.
+
+    Raises:
+        ConfigFileError: an unknown algorithm or setting, or a value RLlib refuses.
+    """
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.tune.registry import get_trainable_cls
+
+    from ..server.env_runner import RLinkEnvRunner
+    from ..server.settings import rlinks_env_config
+
+    overrides = overrides or {}
+    try:
+        config = get_trainable_cls(spec.algorithm).get_default_config()
+    except Exception as exc:  # noqa: BLE001 - Tune raises several kinds; all mean "no such algorithm"
+        raise ConfigFileError(f"{spec.where('algorithm')}: unknown algorithm {spec.algorithm!r}: {exc}") from exc
+    observation_space, action_space = resolve_spaces(spec)
+    rlinks = {**spec.rlinks, **overrides.get("rlinks", {})}
+    try:
+        env_config = rlinks_env_config(**rlinks)
+    except ValueError as exc:
+        raise ConfigFileError(f"{spec.where('rlinks')}: {exc}") from exc
+    config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
+    config.env_runners(env_runner_cls=RLinkEnvRunner)
+    _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
+    _apply(spec, "training", config.training, spec.training)
+    _apply(spec, "learners", config.learners, {**spec.learners, **overrides.get("learners", {})})
+    if spec.model:
+        fields = {f.name for f in dataclasses.fields(DefaultModelConfig)}
+        unknown = sorted(set(spec.model) - fields)
+        if unknown:
+            raise ConfigFileError(f"{spec.where('model', unknown[0])}: model: unknown setting {unknown[0]!r}")
+        config.rl_module(model_config=DefaultModelConfig(**spec.model))
+    return config

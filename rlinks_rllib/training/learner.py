@@ -1,0 +1,148 @@
+"""``rlinks learner``: build the algorithm, tell simulators where to go, train, report.
+
+:func:`run_learner` is what the command line calls and what ``rlinks demo``
+and the cluster example call too. It returns an exit code: 0 when the stop
+reward was reached (or none was set), 2 when the iteration cap came first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from .config_file import build_algorithm_config, load_spec
+from .report import format_row, plot_curve, row_from_result, write_csv
+
+__all__ = ["LearnerOptions", "run_learner", "EXIT_OK", "EXIT_TARGET_MISSED"]
+
+logger = logging.getLogger("rlinks_rllib.learner")
+
+EXIT_OK = 0
+EXIT_TARGET_MISSED = 2
+
+
+@dataclass
+class LearnerOptions:
+    """Everything ``rlinks learner`` takes; ``None`` means "as the config file says"."""
+
+    config: str
+    host: Optional[str] = None
+    port: Optional[int] = None
+    num_env_runners: Optional[int] = None
+    gpu_num: Optional[int] = None
+    num_learners: Optional[int] = None
+    stop_reward: Optional[float] = None
+    stop_iters: Optional[int] = None
+    checkpoint_every: int = 0
+    output: str = "runs/latest"
+    resume: Optional[str] = None
+
+
+def _overrides(opts: LearnerOptions) -> dict:
+    rlinks = {k: v for k, v in (("host", opts.host), ("port", opts.port)) if v is not None}
+    env_runners = {} if opts.num_env_runners is None else {"num_env_runners": opts.num_env_runners}
+    learners: dict = {}
+    if opts.gpu_num is not None:
+        # N learners with one GPU each; 0 keeps the learners on the CPU.
+        learners = {"num_learners": opts.gpu_num, "num_gpus_per_learner": 1 if opts.gpu_num else 0}
+    if opts.num_learners is not None:
+        learners["num_learners"] = opts.num_learners
+    return {"rlinks": rlinks, "env_runners": env_runners, "learners": learners}
+
+
+def _init_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # inside `ray job submit`, or pointed at a cluster on purpose
+    else:
+        # A fresh local instance; never attach to a stale address file.
+        ray.init(address="local", include_dashboard=False)
+
+
+def _clients_connected(algo) -> int:
+    group = algo.env_runner_group
+    if group.num_remote_env_runners() == 0:
+        stats = [group.local_env_runner.get_transport_stats()]
+    else:
+        stats = group.foreach_env_runner(lambda r: r.get_transport_stats(), local_env_runner=False)
+    return sum(s.get("clients_connected", 0) for s in stats)
+
+
+def run_learner(
+    opts: LearnerOptions,
+    *,
+    on_ready: Optional[Callable[[list[tuple[int, str, int]]], None]] = None,
+    print_fn: Callable[[str], None] = print,
+) -> int:
+    """Train until the stop reward or the iteration cap; write checkpoint, CSV and curve.
+
+    Args:
+        opts: what to run.
+        on_ready: called with every runner's ``(worker_index, host, port)``
+            once they listen (the demo starts its clients there).
+        print_fn: where the live view goes.
+
+    Raises:
+        ConfigFileError: the config file or an override is invalid.
+    """
+    from ..server.env_runner import runner_addresses
+
+    spec = load_spec(opts.config)
+    config = build_algorithm_config(spec, overrides=_overrides(opts))
+    stop_reward = opts.stop_reward if opts.stop_reward is not None else spec.stop.get("reward")
+    stop_iters = opts.stop_iters if opts.stop_iters is not None else int(spec.stop.get("iters", 100))
+    output = Path(opts.output).resolve()
+    output.mkdir(parents=True, exist_ok=True)
+
+    _init_ray()
+    algo = config.build_algo()
+    try:
+        if opts.resume:
+            algo.restore_from_path(str(Path(opts.resume).resolve()))
+            print_fn(f"resumed from {opts.resume}")
+        addresses = runner_addresses(algo)
+        (output / "endpoints.json").write_text(json.dumps(
+            [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses], indent=2))
+        print_fn(f"{spec.algorithm} learner ready; simulators connect to:")
+        for index, host, port in addresses:
+            print_fn(f"  runner {index}: {host}:{port}")
+        if on_ready is not None:
+            on_ready(addresses)
+
+        rows: list[dict] = []
+        started = time.monotonic()
+        reached = stop_reward is None
+        for iteration in range(1, stop_iters + 1):
+            result = algo.train()
+            row = row_from_result(result, time_s=time.monotonic() - started, clients=_clients_connected(algo),
+                                  previous=rows[-1] if rows else None)
+            rows.append(row)
+            print_fn(format_row(row))
+            write_csv(rows, output / "progress.csv")
+            if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:
+                algo.save_to_path(str(output / "checkpoint"))
+            if stop_reward is not None and row["episode_return_mean"] >= stop_reward:
+                reached = True
+                break
+
+        algo.save_to_path(str(output / "checkpoint"))
+        if rows:
+            plot_curve(rows, output / "learning_curve.png", target=stop_reward,
+                       title=f"{spec.algorithm} via rlinks-rllib ({Path(spec.path).name})")
+        last = rows[-1]["episode_return_mean"] if rows else float("nan")
+        if reached:
+            print_fn(f"done: mean return {last:.1f} after {len(rows)} iterations; results in {output}")
+            return EXIT_OK
+        print_fn(f"stopped: mean return {last:.1f} < target {stop_reward:g} after {stop_iters} iterations; "
+                 f"results in {output}")
+        return EXIT_TARGET_MISSED
+    finally:
+        algo.stop()

@@ -1,0 +1,78 @@
+"""What a training run leaves behind: one row per iteration, a CSV and a curve.
+
+Rows are plain dicts with the columns of :data:`COLUMNS`, taken from RLlib's
+result dict by :func:`row_from_result`; :func:`write_csv` and
+:func:`plot_curve` write them out, and :func:`format_row` prints one live.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
+
+COLUMNS = ("iteration", "env_steps", "episode_return_mean", "time_s", "steps_per_s", "clients",
+           "weights_seq_no", "policy_lag_max")
+
+
+def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict | None) -> dict:
+    """One row of the run's table from an ``algo.train()`` result."""
+    runners = result.get("env_runners", {})
+    rlinks = runners.get("rlinks", {})
+    steps = int(runners.get("num_env_steps_sampled_lifetime", 0) or 0)
+    dt = time_s - (previous["time_s"] if previous else 0.0)
+    ds = steps - (previous["env_steps"] if previous else 0)
+    return {
+        "iteration": int(result.get("training_iteration", 0)),
+        "env_steps": steps,
+        "episode_return_mean": float(runners.get("episode_return_mean", math.nan)),
+        "time_s": round(time_s, 3),
+        "steps_per_s": round(ds / dt, 1) if dt > 0 else 0.0,
+        "clients": clients,
+        "weights_seq_no": int(rlinks.get("weights_seq_no", 0) or 0),
+        "policy_lag_max": float(rlinks.get("policy_lag_max", 0) or 0),
+    }
+
+
+def format_row(row: dict) -> str:
+    """The live line for one iteration."""
+    ret = row["episode_return_mean"]
+    return (
+        f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {ret:7.1f} | "
+        f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
+        + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
+    )
+
+
+def write_csv(rows: Iterable[dict], path: Path) -> None:
+    """All rows so far, rewritten whole (a run is at most thousands of rows)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_curve(rows: list[dict], path: Path, *, target: float | None = None, title: str = "") -> None:
+    """Mean episode return against env steps, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["env_steps"] for r in rows]
+    returns = [r["episode_return_mean"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(steps, returns, marker="o", markersize=3, label="mean episode return")
+    if target is not None:
+        ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("env steps sampled")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(title or "rlinks-rllib learning curve")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
