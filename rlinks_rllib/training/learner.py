@@ -55,7 +55,18 @@ def _overrides(opts: LearnerOptions) -> dict:
     return {"rlinks": rlinks, "env_runners": env_runners, "learners": learners}
 
 
-def _init_ray() -> None:
+def _logical_cpus(config) -> int:
+    """CPUs the algorithm's actors ask Ray for (Ray counts them, it doesn't pin them)."""
+    def cpus(value) -> float:
+        return float(value) if isinstance(value, (int, float)) and value else 1.0  # RLlib allows "auto"
+
+    runners = int(config.num_env_runners or 0) * cpus(config.num_cpus_per_env_runner)
+    learners = max(1, int(config.num_learners or 0)) * cpus(config.num_cpus_per_learner)
+    aggregators = int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) * max(1, int(config.num_learners or 0))
+    return int(runners + learners + aggregators) + 1
+
+
+def _init_ray(config) -> None:
     import ray
 
     if ray.is_initialized():
@@ -63,8 +74,11 @@ def _init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()  # inside `ray job submit`, or pointed at a cluster on purpose
     else:
-        # A fresh local instance; never attach to a stale address file.
-        ray.init(address="local", include_dashboard=False)
+        # A fresh local instance (never attach to a stale address file), with
+        # enough logical CPUs for every actor the config asks for: on a laptop
+        # they share the cores rather than wait forever for free ones.
+        ray.init(address="local", include_dashboard=False,
+                 num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)))
 
 
 def _clients_connected(algo) -> int:
@@ -102,7 +116,7 @@ def run_learner(
     output = Path(opts.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
 
-    _init_ray()
+    _init_ray(config)
     algo = config.build_algo()
     try:
         if opts.resume:

@@ -1,0 +1,105 @@
+"""The ``rlinks`` command as a person types it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT
+
+RLINKS = [sys.executable, "-m", "rlinks_rllib"]
+
+
+def rlinks(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*RLINKS, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_help_reads_well():
+    learner = rlinks("learner", "--help")
+    assert learner.returncode == 0
+    for flag in ("--config", "--host", "--port", "--num-env-runners", "--gpu-num", "--num-learners",
+                 "--stop-reward", "--stop-iters", "--checkpoint-every", "--output", "--resume"):
+        assert flag in learner.stdout
+    client = rlinks("client", "--help")
+    assert client.returncode == 0 and "--address" in client.stdout and "--script" in client.stdout
+
+
+def test_a_wrong_flag_says_so():
+    result = rlinks("learner", "--config", "configs/ppo_cartpole.yaml", "--gpus", "1")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --gpus" in result.stderr
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: PPO\nspaces:\n  from_env: CartPole-v1\n training: {lr: 1}\n")
+    result = rlinks("learner", "--config", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:4:" in result.stderr and "not valid YAML" in result.stderr
+
+
+def test_unknown_setting_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: PPO\nspaces:\n  from_env: CartPole-v1\ntraining:\n  lr: 0.001\n  learning_rat: 1\n")
+    result = rlinks("learner", "--config", str(bad), timeout=120)
+    assert result.returncode == 1
+    assert f"{bad}:6:" in result.stderr and "learning_rat" in result.stderr
+
+
+def test_unknown_section_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: PPO\nspaces:\n  from_env: CartPole-v1\ntrainig: {}\n")
+    result = rlinks("learner", "--config", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:4:" in result.stderr and "unknown section 'trainig'" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_learner_and_clients_with_two_cpu_learners(tmp_path):
+    """`rlinks learner` with --num-learners 2 on the CPU trains clients that `rlinks client` starts.
+
+    The target can't be met in 3 iterations, so the learner must say so and exit 2,
+    leaving its checkpoint, CSV and curve behind.
+    """
+    output = tmp_path / "run"
+    learner = subprocess.Popen(
+        [*RLINKS, "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0", "--num-env-runners", "1",
+         "--num-learners", "2", "--stop-iters", "3", "--stop-reward", "100000", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    clients = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (output / "endpoints.json").exists():
+            assert learner.poll() is None, learner.stdout.read()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        endpoints = rlinks("endpoints", str(output))
+        assert endpoints.returncode == 0 and "runner 1: 127.0.0.1:" in endpoints.stdout
+        (entry,) = json.loads((output / "endpoints.json").read_text())
+        clients = subprocess.Popen(
+            [*RLINKS, "client", "--address", f"{entry['host']}:{entry['port']}", "-n", "2"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        out, _ = learner.communicate(timeout=300)
+        client_out, _ = clients.communicate(timeout=60)
+    finally:
+        for proc in (learner, clients):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert learner.returncode == 2, out
+    assert "stopped: mean return" in out and "iter    3 |" in out
+    assert client_out.count("summary: steps=") == 2, client_out
+    rows = list(csv.DictReader(open(output / "progress.csv")))
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
+    assert int(rows[-1]["env_steps"]) >= 6000
+    assert (output / "learning_curve.png").stat().st_size > 1000
+    assert (output / "checkpoint").is_dir()
