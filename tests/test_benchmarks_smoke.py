@@ -1,0 +1,55 @@
+"""The benchmarks still run: each with ``--quick`` in a subprocess, bounded in time.
+
+Only that a benchmark finishes cleanly and prints its ratio lines is checked;
+the numbers themselves depend on the machine and are never asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: Generous next to the ~25 s (ingest) and ~10 s (client) of a quick run on 2 cores.
+TIMEOUT_S = 180
+
+
+def run_quick(script: str) -> str:
+    """Run ``benchmarks/<script> --quick``; return its stdout, or fail with its output."""
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, so a timeout ends all it started
+    )
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{script} --quick ran longer than {TIMEOUT_S} s\n{out[-3000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, f"{script} --quick exited {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
+    return out
+
+
+def test_bench_ingest_quick():
+    out = run_quick("bench_ingest.py")
+    for ratio in (
+        "ratio ours/rllib, same bytes, 1 client(s)",
+        "ratio ours-stacked/rllib, 1 client(s)",
+        "ratio images ours/raw socket (MB/s)",
+    ):
+        assert ratio in out, out
+
+
+def test_bench_client_quick():
+    out = run_quick("bench_client.py")
+    assert "ratio ours/rllib client steps/s" in out, out
