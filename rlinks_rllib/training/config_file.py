@@ -9,6 +9,7 @@ of each part, one section each::
     model: {fcnet_hiddens: [64, 64]}
     env_runners: {num_env_runners: 2}
     learners: {num_learners: 0}
+    reporting: {min_time_s_per_iteration: 1}        # also fault_tolerance
     rlinks: {host: 127.0.0.1, port: 5555}
     stop: {reward: 450, iters: 60}
 
@@ -27,7 +28,8 @@ import yaml
 
 __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
 
-SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "rlinks", "stop", "description")
+SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "reporting", "fault_tolerance",
+            "rlinks", "stop", "description")
 
 
 class ConfigFileError(ValueError):
@@ -45,6 +47,8 @@ class LearnerSpec:
     model: dict = field(default_factory=dict)
     env_runners: dict = field(default_factory=dict)
     learners: dict = field(default_factory=dict)
+    reporting: dict = field(default_factory=dict)
+    fault_tolerance: dict = field(default_factory=dict)
     rlinks: dict = field(default_factory=dict)
     stop: dict = field(default_factory=dict)
     description: str = ""
@@ -206,6 +210,8 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
     _apply(spec, "training", config.training, spec.training)
     _apply(spec, "learners", config.learners, {**spec.learners, **overrides.get("learners", {})})
+    _apply(spec, "reporting", config.reporting, spec.reporting)
+    _apply(spec, "fault_tolerance", config.fault_tolerance, spec.fault_tolerance)
     if spec.model:
         fields = {f.name for f in dataclasses.fields(DefaultModelConfig)}
         unknown = sorted(set(spec.model) - fields)
