@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import UnsafePayload, DecodeError
 
-__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "is_array_map", "decode_array_map", "array_map"]
+__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "is_array_map", "decode_map", "decode_array_map", "array_map"]
 
 ND = b"nd"
 TYPE = b"type"
@@ -41,6 +41,32 @@ _DTYPE_CACHE_MAX = 256
 def is_array_map(obj: dict) -> bool:
     """Whether a decoded msgpack map is msgpack-numpy's form of an array or scalar."""
     return ND in obj or COMPLEX in obj
+
+
+def decode_map(obj: dict) -> Any:
+    """msgpack's ``object_hook`` for RLlink bodies: numpy values for msgpack-numpy maps, other maps as they are.
+
+    RLlib's clients send one small array per step, so this runs for most
+    maps of a body: the usual case (a 1-d array of a dtype seen before, data
+    in ``bytes``) is decoded right here; everything else, valid or not, goes
+    through :func:`decode_array_map`.
+
+    Raises:
+        UnsafePayload, DecodeError: as :func:`decode_array_map`.
+    """
+    if ND not in obj:
+        if COMPLEX in obj:
+            return decode_array_map(obj)
+        return obj
+    kind = obj.get(KIND)
+    if obj[ND] is True and len(obj) == 5 and type(kind) is bytes and not kind:
+        data, shape, descr = obj.get(DATA), obj.get(SHAPE), obj.get(TYPE)
+        if type(data) is bytes and type(shape) is list and len(shape) == 1 and type(descr) is str:
+            dtype = _DTYPE_CACHE.get(descr)
+            count = shape[0]
+            if dtype is not None and type(count) is int and count >= 0 and count * dtype.itemsize == len(data):
+                return np.frombuffer(data, dtype=dtype)
+    return decode_array_map(obj)
 
 
 def _dtype(descr: Any) -> np.dtype:
@@ -68,8 +94,10 @@ def _dtype(descr: Any) -> np.dtype:
 def decode_array_map(obj: dict) -> Any:
     """Turn msgpack-numpy's map form back into a numpy array or scalar.
 
-    The array is a read-only view of the ``data`` bytes msgpack already
-    produced; no further copy is made.
+    ``data`` is ``bytes``, or a ``memoryview`` of a buffer nobody writes to
+    (see ``codec.decode_body``'s ``share``). The array is a read-only view of
+    it; no further copy is made, unless a memoryview's bytes are not aligned
+    for the dtype (numpy and torch want aligned data): then it is copied once.
 
     Raises:
         UnsafePayload: the map asks for an object (pickled) or structured dtype.
@@ -88,16 +116,22 @@ def decode_array_map(obj: dict) -> Any:
 
     nd = obj[ND]
     kind = obj.get(KIND, b"")
-    if kind == b"O" or kind == "O":
-        raise UnsafePayload("object arrays are refused: msgpack-numpy would unpickle them")
-    if kind == b"V" or kind == "V":
-        raise UnsafePayload("structured (kind 'V') arrays are refused")
-    if kind not in (b"", ""):
+    if type(kind) is not bytes and type(kind) is not str:
+        raise DecodeError(f"unknown array kind {kind!r}")
+    if kind:
+        if kind == b"O" or kind == "O":
+            raise UnsafePayload("object arrays are refused: msgpack-numpy would unpickle them")
+        if kind == b"V" or kind == "V":
+            raise UnsafePayload("structured (kind 'V') arrays are refused")
         raise DecodeError(f"unknown array kind {kind!r}")
     data = obj.get(DATA)
-    if type(data) is not bytes:
-        raise DecodeError(f"array data must be bin, got {type(data).__name__}")
-    dtype = _dtype(obj.get(TYPE))
+    data_type = type(data)
+    if data_type is not bytes and data_type is not memoryview:
+        raise DecodeError(f"array data must be bin, got {data_type.__name__}")
+    descr = obj.get(TYPE)
+    dtype = _DTYPE_CACHE.get(descr) if type(descr) is str else None
+    if dtype is None:
+        dtype = _dtype(descr)
 
     if nd is False:
         if len(obj) > 3 + (KIND in obj):
@@ -121,7 +155,13 @@ def decode_array_map(obj: dict) -> Any:
             f"array of shape {tuple(shape)} and dtype {dtype} needs "
             f"{count * dtype.itemsize} bytes, data has {len(data)}"
         )
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
+    array = np.frombuffer(data, dtype=dtype)
+    if len(shape) != 1:  # frombuffer already gave the one axis
+        array = array.reshape(shape)
+    if data_type is memoryview and not array.flags.aligned:
+        array = array.copy()
+        array.flags.writeable = False
+    return array
 
 
 def array_map(value: np.ndarray | np.generic, data: Any) -> dict:

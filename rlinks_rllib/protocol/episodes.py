@@ -84,7 +84,10 @@ A buffer without a space behaves the same in RLlib except that ``fill``
 values are built with ``np.array`` instead of from the space.
 
 Cost is linear in the size of the state, and stacked arrays are checked
-with whole-array numpy operations, never a Python loop over steps.
+with whole-array numpy operations, never a Python loop over steps. Values of
+the exact types the wire gives (``dict``, ``int``, ``str``, ndarrays) take
+short paths; anything else goes through the general checks, and the name of
+a field at fault is only spelled out once it is known to be at fault.
 """
 
 from __future__ import annotations
@@ -211,6 +214,9 @@ MAX_NESTING = 16
 _MAX_T = 1 << 53
 _NUMERIC_KINDS = frozenset("biuf")
 _FINITE_EXTRA = (ACTION_LOGP, ACTION_DIST_INPUTS)
+#: Types of per-step items that need no (slower) check against ``Mapping``.
+_NEVER_MAPS = frozenset({np.ndarray, int, float, bool})
+_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
 
 
 class EpisodeError(InvalidMessage, ValueError):
@@ -387,27 +393,39 @@ def check_episode_state(
     Raises:
         EpisodeError: The state is malformed or breaks a limit.
     """
-    if not isinstance(state, Mapping):
+    if type(state) is not dict and not isinstance(state, Mapping):
         raise EpisodeError(f"episode state: expected a map, got {_type_name(state)}")
     missing = REQUIRED_KEYS.difference(state.keys())
     if missing:
         raise EpisodeError(f"episode state: missing keys {sorted(missing)}")
 
-    id_ = _check_id(state[ID], ID)
+    id_ = state[ID]
+    if type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH:
+        id_ = _check_id(id_, ID)
     agent_id = _check_optional_id(state[AGENT_ID], AGENT_ID)
     module_id = _check_optional_id(state[MODULE_ID], MODULE_ID)
     ma_id = _check_optional_id(state[MULTI_AGENT_EPISODE_ID], MULTI_AGENT_EPISODE_ID)
-    terminated = _check_bool(state[IS_TERMINATED], IS_TERMINATED)
-    truncated = _check_bool(state[IS_TRUNCATED], IS_TRUNCATED)
-    t_started = _check_int(state[T_STARTED], T_STARTED, 0, _MAX_T)
-    t = _check_int(state[T], T, 0, _MAX_T)
+    terminated = state[IS_TERMINATED]
+    if terminated is not True and terminated is not False:
+        terminated = _check_bool(terminated, IS_TERMINATED)
+    truncated = state[IS_TRUNCATED]
+    if truncated is not True and truncated is not False:
+        truncated = _check_bool(truncated, IS_TRUNCATED)
+    t_started = state[T_STARTED]
+    if type(t_started) is not int or not 0 <= t_started <= _MAX_T:
+        t_started = _check_int(t_started, T_STARTED, 0, _MAX_T)
+    t = state[T]
+    if type(t) is not int or not 0 <= t <= _MAX_T:
+        t = _check_int(t, T, 0, _MAX_T)
     for key in (OBSERVATION_SPACE, ACTION_SPACE):
-        _check_space(state[key], key)
+        if state[key] is not None:
+            _check_space(state[key], key)
     start_time, last_step_time = _check_times(state[START_TIME], state[LAST_STEP_TIME])
     custom_data = state.get(CUSTOM_DATA, {})
-    if not isinstance(custom_data, Mapping):
+    if type(custom_data) is not dict and not isinstance(custom_data, Mapping):
         raise EpisodeError(f"{CUSTOM_DATA}: expected a map, got {_type_name(custom_data)}")
-    _check_depth(custom_data, CUSTOM_DATA)
+    if custom_data:  # an empty map has no depth to check
+        _check_depth(custom_data, CUSTOM_DATA)
 
     # Lengths first, from cheap headers, so no limit is broken by the work
     # of stacking.
@@ -417,25 +435,26 @@ def check_episode_state(
     infos = _Buffer(state[INFOS], INFOS, max_lookback)
     extras = _extra_buffers(state[EXTRA_MODEL_OUTPUTS], max_lookback)
 
-    steps = len(rewards)
+    steps = rewards.count
     if steps > max_steps:
         raise EpisodeError(f"{REWARDS}: {steps} steps, more than the limit of {max_steps}")
-    if len(obs) == 0:
+    if obs.count == 0:
         raise EpisodeError(f"{OBSERVATIONS}: empty; the first observation is required")
     if steps == 0 and not allow_empty:
         raise EpisodeError(f"{REWARDS}: empty; a chunk must hold at least one step")
-    _expect_len(len(actions), steps, ACTIONS, REWARDS, steps)
-    _expect_len(len(obs), steps + 1, OBSERVATIONS, REWARDS, steps)
-    _expect_len(len(infos), steps + 1, INFOS, REWARDS, steps)
-    for name, buf in extras.items():
-        _expect_len(len(buf), steps, buf.path, REWARDS, steps)
+    _expect_len(actions.count, steps, ACTIONS, REWARDS, steps)
+    _expect_len(obs.count, steps + 1, OBSERVATIONS, REWARDS, steps)
+    _expect_len(infos.count, steps + 1, INFOS, REWARDS, steps)
+    for buf in extras.values():
+        _expect_len(buf.count, steps, buf.path, REWARDS, steps)
     if t != t_started + steps:
         raise EpisodeError(
             f"{T}: {t} != {T_STARTED} ({t_started}) + steps in {REWARDS} ({steps})"
         )
-    missing_extra = set(required_extra).difference(extras)
-    if missing_extra:
-        raise EpisodeError(f"{EXTRA_MODEL_OUTPUTS}: missing {sorted(missing_extra)}")
+    for name in required_extra:
+        if name not in extras:
+            missing_extra = set(required_extra).difference(extras)
+            raise EpisodeError(f"{EXTRA_MODEL_OUTPUTS}: missing {sorted(missing_extra)}")
 
     obs_data = _cast_leaf(obs.stacked(), OBSERVATIONS, obs_shape, obs_dtype)
     action_data = _cast_leaf(actions.stacked(), ACTIONS, action_shape, action_dtype)
@@ -479,63 +498,79 @@ def check_episode_state(
 class _Buffer:
     """One buffer state from the wire: header checked, data not yet stacked."""
 
-    __slots__ = ("path", "data", "lookback", "finalized", "size")
+    __slots__ = ("path", "data", "lookback", "finalized", "size", "count")
 
     def __init__(self, buf: Any, path: str, max_lookback: int) -> None:
         self.path = path
-        if not isinstance(buf, Mapping):
+        if type(buf) is not dict and not isinstance(buf, Mapping):
             raise EpisodeError(f"{path}: expected a buffer map, got {_type_name(buf)}")
         missing = BUFFER_KEYS.difference(buf.keys())
         if missing:
             raise EpisodeError(f"{path}: missing keys {sorted(missing)}")
-        self.lookback = _check_int(
-            buf[BUFFER_LOOKBACK], f"{path}.{BUFFER_LOOKBACK}", 0, max_lookback
-        )
-        self.finalized = _check_bool(buf[BUFFER_FINALIZED], f"{path}.{BUFFER_FINALIZED}")
-        _check_space(buf[BUFFER_SPACE], f"{path}.{BUFFER_SPACE}")
-        self.data = buf[BUFFER_DATA]
-        data_path = f"{path}.{BUFFER_DATA}"
-        if self.finalized:
+        lookback = buf[BUFFER_LOOKBACK]
+        if type(lookback) is not int or not 0 <= lookback <= max_lookback:
+            lookback = _check_int(lookback, f"{path}.{BUFFER_LOOKBACK}", 0, max_lookback)
+        self.lookback = lookback
+        finalized = buf[BUFFER_FINALIZED]
+        if finalized is not True and finalized is not False:
+            finalized = _check_bool(finalized, f"{path}.{BUFFER_FINALIZED}")
+        self.finalized = finalized
+        if buf[BUFFER_SPACE] is not None:
+            _check_space(buf[BUFFER_SPACE], f"{path}.{BUFFER_SPACE}")
+        data = self.data = buf[BUFFER_DATA]
+        if finalized:
             if path == INFOS:
                 raise EpisodeError(f"{path}.{BUFFER_FINALIZED}: infos are never finalized")
-            self.size = _stacked_len(self.data, data_path)
-        elif isinstance(self.data, list):
-            self.size = len(self.data)
+            if type(data) is np.ndarray and data.ndim:
+                self.size = data.shape[0]
+            else:
+                self.size = _stacked_len(data, f"{path}.{BUFFER_DATA}")
+        elif isinstance(data, list):
+            self.size = len(data)
         else:
             raise EpisodeError(
-                f"{data_path}: expected a list of steps when not finalized, "
-                f"got {_type_name(self.data)}"
+                f"{path}.{BUFFER_DATA}: expected a list of steps when not finalized, "
+                f"got {_type_name(data)}"
             )
-        if self.lookback > self.size:
+        if lookback > self.size:
             raise EpisodeError(
-                f"{path}.{BUFFER_LOOKBACK}: {self.lookback} exceeds the "
+                f"{path}.{BUFFER_LOOKBACK}: {lookback} exceeds the "
                 f"{self.size} entries of data"
             )
+        #: Entries after the lookback.
+        self.count = self.size - lookback
 
     def __len__(self) -> int:
-        return self.size - self.lookback
+        return self.count
 
     def stacked(self) -> Any:
         """The data as a stacked nest of numeric arrays; None for an empty list."""
-        path = f"{self.path}.{BUFFER_DATA}"
+        data = self.data
         if self.finalized:
-            return _check_stacked(self.data, path)
-        if not self.data:
+            if type(data) is np.ndarray:
+                dtype = data.dtype
+                if dtype.kind in _NUMERIC_KINDS and dtype.isnative:
+                    return data
+            return _check_stacked(data, f"{self.path}.{BUFFER_DATA}")
+        if not data:
             return None
-        return _stack_steps(self.data, path, 0)
+        return _stack_steps(data, f"{self.path}.{BUFFER_DATA}", 0)
 
     def infos(self, keep: bool) -> list:
         if not keep:
             return [{} for _ in self.data]
-        path = f"{self.path}.{BUFFER_DATA}"
+        if set(map(type, self.data)) <= {dict} and self.data.count({}) == len(self.data):
+            return list(self.data)  # all empty dicts (the usual case), checked in C
         out = []
         for i, info in enumerate(self.data):
             if info is None:
                 info = {}
             elif type(info) is not dict and not isinstance(info, Mapping):
-                raise EpisodeError(f"{path}[{i}]: expected a map or nil, got {_type_name(info)}")
+                raise EpisodeError(
+                    f"{self.path}.{BUFFER_DATA}[{i}]: expected a map or nil, got {_type_name(info)}"
+                )
             elif info:
-                _check_depth(info, f"{path}[{i}]")
+                _check_depth(info, f"{self.path}.{BUFFER_DATA}[{i}]")
             out.append(info)
         return out
 
@@ -557,7 +592,7 @@ class _Buffer:
 def _extra_buffers(extras: Any, max_lookback: int) -> dict:
     if extras is None:
         return {}
-    if not isinstance(extras, Mapping):
+    if type(extras) is not dict and not isinstance(extras, Mapping):
         raise EpisodeError(
             f"{EXTRA_MODEL_OUTPUTS}: expected a map or nil, got {_type_name(extras)}"
         )
@@ -568,7 +603,8 @@ def _extra_buffers(extras: Any, max_lookback: int) -> dict:
         )
     out = {}
     for name, buf in extras.items():
-        _check_id(name, f"{EXTRA_MODEL_OUTPUTS} key")
+        if type(name) is not str or not 0 < len(name) <= MAX_ID_LENGTH:
+            _check_id(name, f"{EXTRA_MODEL_OUTPUTS} key")
         out[name] = _Buffer(buf, f"{EXTRA_MODEL_OUTPUTS}.{name}", max_lookback)
     return out
 
@@ -635,7 +671,7 @@ def _stack_steps(items: list, path: str, depth: int) -> Any:
     if depth > MAX_NESTING:
         raise EpisodeError(f"{path}: nested deeper than {MAX_NESTING}")
     first = items[0]
-    if isinstance(first, Mapping):
+    if type(first) is dict or (type(first) not in _NEVER_MAPS and isinstance(first, Mapping)):
         keys = first.keys()
         if not keys:
             raise EpisodeError(f"{path}[0]: an empty map holds no data")
@@ -696,7 +732,18 @@ def _check_discrete(actions: Any, num_actions: int) -> None:
         raise EpisodeError(f"{ACTIONS}: expected one integer per step")
     if actions.dtype.kind not in "iu":
         raise EpisodeError(f"{ACTIONS}: dtype {actions.dtype} is not an integer type")
-    if actions.size and (actions.min() < 0 or actions.max() >= num_actions):
+    if actions.size == 0:
+        return
+    bits = 8 * actions.dtype.itemsize
+    if actions.dtype.kind == "u":
+        bad = actions.max() >= num_actions
+    elif num_actions <= 1 << (bits - 1):
+        # Seen as unsigned, a negative action is at least 2**(bits-1): one
+        # reduction finds both kinds of out-of-range action.
+        bad = actions.view(_UNSIGNED[actions.dtype.itemsize]).max() >= num_actions
+    else:
+        bad = actions.min() < 0 or actions.max() >= num_actions
+    if bad:
         raise EpisodeError(f"{ACTIONS}: values must lie in [0, {num_actions})")
 
 
@@ -705,8 +752,9 @@ def _check_rewards(data: Any) -> Any:
         return data
     if not isinstance(data, np.ndarray) or data.ndim != 1:
         raise EpisodeError(f"{REWARDS}: expected one number per step")
-    with np.errstate(over="ignore", invalid="ignore"):
-        data = data.astype(REWARD_DTYPE, copy=False)
+    if data.dtype != REWARD_DTYPE:
+        with np.errstate(over="ignore", invalid="ignore"):
+            data = data.astype(REWARD_DTYPE)
     if not np.isfinite(data).all():
         raise EpisodeError(f"{REWARDS}: NaN or infinite reward (after cast to float32)")
     return data
@@ -757,6 +805,8 @@ def _check_int(value: Any, path: str, lo: int, hi: int) -> int:
 def _check_time(value: Any, path: str) -> Optional[float]:
     if value is None:
         return None
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise EpisodeError(f"{path}: expected a number or nil, got {_type_name(value)}")
     value = float(value)

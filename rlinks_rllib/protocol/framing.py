@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .codec import Buffer, decode_body, encode_body
 from .errors import FrameError, FrameTooLarge, ProtocolError
 from .limits import DEFAULT_MAX_FRAME_BYTES, HEADER_BYTES, MAX_BODY_BYTES
@@ -127,8 +129,16 @@ class FrameDecoder:
 
     Feed it bytes as they arrive; it returns each complete message once, in
     order. Total work is linear in the bytes fed, however they are split: a
-    body is collected in one preallocated buffer, and when a fed chunk holds a
-    whole frame it is decoded straight from the chunk.
+    body is collected in one buffer allocated (not zero-filled) from its
+    header, and when a fed chunk holds a whole frame it is decoded straight
+    from the chunk.
+
+    Large arrays of a large frame (see :func:`~.codec.decode_body`'s
+    ``share``) are read-only views into the frame rather than copies, where
+    that is safe: when the body sits in the decoder's own buffer (which it
+    never reuses), or in an immutable ``bytes`` object that was fed. A frame
+    decoded straight from a fed ``bytearray`` or ``memoryview`` is copied out
+    of it, since the caller may reuse that buffer.
 
     A frame whose header declares more than ``max_frame_bytes`` is refused as
     soon as its header is read, before any of its body is buffered. After any
@@ -147,13 +157,20 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._validate = validate
         self._header = bytearray()
-        self._body: bytearray | None = None
+        # The body being collected: a writable view of an uninitialized
+        # uint8 array (every byte is written before the body is decoded).
+        self._body: memoryview | None = None
         self._filled = 0
         self._error: ProtocolError | None = None
         #: Frames decoded so far.
         self.frames = 0
         #: Bytes fed so far.
         self.bytes_in = 0
+        #: Size of the last frame decoded, header included (0 before the first).
+        self.last_frame_bytes = 0
+        #: Sizes of the frames (header included) whose messages the latest
+        #: :meth:`feed` or :meth:`advance` returned, in the same order.
+        self.last_frame_sizes: tuple[int, ...] = ()
 
     @property
     def in_frame(self) -> bool:
@@ -181,9 +198,15 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        if type(data) is bytes:
+            view, immutable = memoryview(data), True
+        else:
+            view = memoryview(data).cast("B")
+            immutable = type(view.obj) is bytes
         self.bytes_in += len(view)
         messages: list[dict[str, Any]] = []
+        sizes: list[int] = []
+        self.last_frame_sizes = ()
         try:
             pos, end = 0, len(view)
             while pos < end:
@@ -193,8 +216,8 @@ class FrameDecoder:
                     self._filled += take
                     pos += take
                     if self._filled == len(self._body):
-                        body, self._body, self._filled = self._body, None, 0
-                        messages.append(self._decode(body))
+                        messages.append(self._decode_own_body())
+                        sizes.append(self.last_frame_bytes)
                     continue
                 take = min(HEADER_BYTES - len(self._header), end - pos)
                 self._header += view[pos : pos + take]
@@ -204,13 +227,15 @@ class FrameDecoder:
                 size = self._start_body()
                 if end - pos >= size:
                     # The whole body is in this chunk: decode it in place.
-                    messages.append(self._decode(view[pos : pos + size]))
+                    messages.append(self._decode(view[pos : pos + size], share=immutable))
+                    sizes.append(self.last_frame_bytes)
                     pos += size
                 else:
-                    self._body = bytearray(size)
+                    self._body = memoryview(np.empty(size, np.uint8))
         except ProtocolError as exc:
             self._error = exc
             raise
+        self.last_frame_sizes = tuple(sizes)
         return messages
 
     def next_read_buffer(self) -> memoryview | None:
@@ -222,7 +247,7 @@ class FrameDecoder:
         """
         if self._body is None or self._error is not None:
             return None
-        return memoryview(self._body)[self._filled :]
+        return self._body[self._filled :]
 
     def advance(self, nbytes: int) -> list[dict[str, Any]]:
         """Account for ``nbytes`` written into :meth:`next_read_buffer`.
@@ -234,14 +259,16 @@ class FrameDecoder:
             raise ValueError("advance() without a matching next_read_buffer()")
         self._filled += nbytes
         self.bytes_in += nbytes
+        self.last_frame_sizes = ()
         if self._filled < len(self._body):
             return []
-        body, self._body, self._filled = self._body, None, 0
         try:
-            return [self._decode(body)]
+            message = self._decode_own_body()
         except ProtocolError as exc:
             self._error = exc
             raise
+        self.last_frame_sizes = (self.last_frame_bytes,)
+        return [message]
 
     def eof(self) -> None:
         """The peer closed the stream; complain if it left a frame unfinished.
@@ -267,9 +294,17 @@ class FrameDecoder:
             raise FrameError("frame with an empty body")
         return size
 
-    def _decode(self, body: Buffer) -> dict[str, Any]:
-        message = decode_body(body)
+    def _decode_own_body(self) -> dict[str, Any]:
+        # The buffer is handed over whole and never written again, so arrays
+        # may be views of it (read-only ones: the view given out is).
+        body, self._body, self._filled = self._body.toreadonly(), None, 0
+        return self._decode(body, share=True)
+
+    def _decode(self, body: Buffer, *, share: bool) -> dict[str, Any]:
+        size = HEADER_BYTES + len(body)
+        message = decode_body(body, share=share)
         self.frames += 1
+        self.last_frame_bytes = size
         if self._validate:
             return validate_message(message)
         return message

@@ -20,3 +20,18 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 #: Arrays whose data is at least this long are written to the frame without an
 #: intermediate copy (see ``codec.encode_body``); smaller ones are packed in C.
 ZERO_COPY_MIN_BYTES = 4096
+
+#: Bodies at least this long, when the receiver may share them, are read so
+#: that arrays of at least ``ZERO_COPY_MIN_BYTES`` are views of the body
+#: rather than copies (see ``codec.decode_body``). Below it, copying is cheap
+#: and msgpack's C unpacker is faster than the Python reader that can share.
+ZERO_COPY_MIN_BODY_BYTES = 1024 * 1024
+
+#: Cap on a frame's body until the handshake (and authentication) is done.
+#: A PING, an AUTH and their offers fit in a few hundred bytes; a stranger
+#: must not make the receiver reserve ``max_frame_bytes`` before saying who
+#: it is.
+HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
+
+#: Deepest nesting of the free-form values an extension offer may carry.
+MAX_OFFER_DEPTH = 8

@@ -3,8 +3,8 @@
 :class:`EpisodeIngest` is the one place where a message's ``episodes`` list
 becomes something a Learner trains on. It runs every chunk through
 :func:`~rlinks_rllib.protocol.episodes.check_episode_state` with the runner's
-own spaces and limits, then through RLlib's ``from_state`` and ``validate``.
-A message is accepted whole or not at all.
+own spaces and limits, then through RLlib's ``from_state`` (which ends with
+the episode's own ``validate``). A message is accepted whole or not at all.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ __all__ = ["EpisodeIngest"]
 def _space_rules(observation_space: gym.Space, action_space: gym.Space) -> dict:
     rules: dict[str, Any] = {}
     if isinstance(observation_space, gym.spaces.Box):
-        rules.update(obs_shape=observation_space.shape, obs_dtype=observation_space.dtype)
+        rules.update(obs_shape=tuple(observation_space.shape), obs_dtype=np.dtype(observation_space.dtype))
     elif isinstance(observation_space, gym.spaces.Discrete):
-        rules.update(obs_shape=(), obs_dtype=np.int64)
+        rules.update(obs_shape=(), obs_dtype=np.dtype(np.int64))
     if isinstance(action_space, gym.spaces.Discrete):
         if int(action_space.start) != 0:
             raise ValueError("rlinks: Discrete action spaces must start at 0")
-        rules.update(num_actions=int(action_space.n), action_shape=(), action_dtype=np.int64)
+        rules.update(num_actions=int(action_space.n), action_shape=(), action_dtype=np.dtype(np.int64))
     elif isinstance(action_space, gym.spaces.Box):
-        rules.update(action_shape=action_space.shape, action_dtype=action_space.dtype)
+        rules.update(action_shape=tuple(action_space.shape), action_dtype=np.dtype(action_space.dtype))
     return rules
 
 
@@ -82,8 +82,8 @@ class EpisodeIngest:
             if clean["t"] == clean["t_started"]:
                 continue  # an empty chunk teaches nothing; RLlib's client sends them
             try:
+                # from_state ends with episode.validate(); no second call.
                 episode = SingleAgentEpisode.from_state(clean)
-                episode.validate()
             except (AssertionError, ValueError, KeyError, TypeError, IndexError) as exc:
                 raise IngestError(f"episodes[{i}] fails RLlib's validation: {exc!r}") from exc
             episodes.append(episode)

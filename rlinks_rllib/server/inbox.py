@@ -52,6 +52,9 @@ class Inbox:
         self._was_full = False
         self._closed = False
         self._cond = threading.Condition()
+        # min_steps of each take() now waiting: a put wakes them only once
+        # the smallest is met, not for every batch.
+        self._wants: list[int] = []
 
     @property
     def steps(self) -> int:
@@ -73,14 +76,19 @@ class Inbox:
         return self._steps >= self.max_steps or self._bytes >= self.max_bytes
 
     def put(self, batch: Batch) -> bool:
-        """Add a batch; never blocks. Returns whether the inbox is now full."""
+        """Add a batch; never blocks. Returns whether the inbox is now full.
+
+        A waiting :meth:`take` is woken only once the steps held reach what
+        it waits for, not by every batch.
+        """
         with self._cond:
             self._batches.append(batch)
             self._steps += batch.steps
             self._bytes += batch.nbytes
             full = self._full_locked()
             self._was_full = self._was_full or full
-            self._cond.notify_all()
+            if self._wants and self._steps >= min(self._wants):
+                self._cond.notify_all()
             return full
 
     def take(self, min_steps: int, timeout: float) -> list[Batch]:
@@ -92,11 +100,16 @@ class Inbox:
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            while self._steps < min_steps and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
+            if self._steps < min_steps and not self._closed:
+                self._wants.append(min_steps)
+                try:
+                    while self._steps < min_steps and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cond.wait(remaining)
+                finally:
+                    self._wants.remove(min_steps)
             taken: list[Batch] = []
             got = 0
             while self._batches and got < min_steps:
