@@ -22,6 +22,13 @@ demo: venv
 
 bench: venv
 	$(PY) benchmarks/bench_codec.py
+	$(PY) benchmarks/bench_ingest.py
+	$(PY) benchmarks/bench_client.py
+
+# Long fuzzing of the frame decoder, message validation and episode checks
+# (CI runs the same targets briefly as part of `make test`).
+fuzz: venv
+	RLINKS_FUZZ_EXAMPLES=$${RLINKS_FUZZ_EXAMPLES:-100000} $(PY) -m pytest -q tests/test_fuzz_targets.py --hypothesis-show-statistics
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis benchmarks/out
+	rm -rf $(VENV) .pytest_cache .hypothesis benchmarks/out .fuzz-corpus runs

@@ -64,6 +64,8 @@ FULL = {
     MessageType.EPISODES_AND_GET_STATE: {"type": "EPISODES_AND_GET_STATE", "episodes": [], "timesteps": 0, "seq": 9},
     MessageType.ERROR: {"type": "ERROR", "code": "frame_too_large", "message": "too big"},
     MessageType.ACK: {"type": "ACK", "seq": 4},
+    MessageType.AUTH: {"type": "AUTH", "proof": b"\x01" * 32},
+    MessageType.AUTH_OK: {"type": "AUTH_OK", "proof": b"\x02" * 32},
 }
 CURRENT = [t for t in MessageType if t not in OLD_API_TYPES]
 
@@ -78,7 +80,7 @@ def test_names_match_rllibs_enum():
 
     rllib = {m.value for m in RLlink if isinstance(m.value, str)}
     ours = {t.value for t in MessageType}
-    assert ours - rllib == {"ERROR", "ACK"}
+    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK"}
     assert rllib <= ours
 
 
@@ -266,7 +268,7 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth"}
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ Imports :mod:`rlinks_rllib.protocol` only; works without Ray.
 from .address import Address, parse_address
 from .connection import ClientStats, RLinkClient, WeightsUpdate
 from .errors import (
+    AuthenticationFailed,
     ClientClosed,
     ClientError,
     ConnectFailed,
@@ -14,11 +15,13 @@ from .errors import (
     ProtocolViolation,
     ServerError,
     ServerTimeout,
+    TLSFailed,
     TLSNotAvailable,
 )
 
 __all__ = [
     "Address",
+    "AuthenticationFailed",
     "ClientClosed",
     "ClientError",
     "ClientStats",
@@ -29,6 +32,7 @@ __all__ = [
     "RLinkClient",
     "ServerError",
     "ServerTimeout",
+    "TLSFailed",
     "TLSNotAvailable",
     "WeightsUpdate",
     "parse_address",

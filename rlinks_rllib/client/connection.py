@@ -10,19 +10,34 @@ Delivery
 
 With the ``ack`` extension (our server) every batch carries a sequence number
 ``seq`` (1, 2, ... per ``client_id``) and the server answers ``ACK {seq}`` once
-the batch is safely held. The client keeps at most ``max_unacked`` batches
-unacknowledged and waits for ACKs when that many are out.
+RLlib has taken the batch (the runner's ``sample()`` returned it). The client
+keeps at most ``max_unacked`` batches unacknowledged and waits for ACKs when
+that many are out, so the window also bounds how far a client runs ahead of
+the learner.
 
 With ``reliable=True`` a connection that drops during a call is reopened
 (same ``client_id``, same backoff policy), the handshake is redone and every
-unacknowledged batch is sent again in order. The server drops a ``seq`` it
-already holds, so each batch is trained on once. Without ``ack`` (RLlib's own
+unacknowledged batch is sent again in order. A runner drops a ``seq`` it
+already holds, and a runner that was restarted never saw the confirmed ones
+again, so each batch is trained on once (see ``docs/SECURITY.md`` for the
+one window where a batch can be trained twice). Without ``ack`` (RLlib's own
 server) nothing says what arrived: a batch whose bytes were not all written is
 sent again, one that was written is not, so a batch in flight when the
 connection drops may be lost but is never doubled.
 
 Only network failures are retried: an ``ERROR`` from the server (except
 ``shutting_down``), a timeout, or bytes that aren't valid RLlink raise at once.
+
+Security
+--------
+
+``tls://HOST:PORT`` speaks TLS: the server's certificate is checked against
+``ca_file`` (the system's CAs if none) and the host name; ``cert_file`` and
+``key_file`` present a client certificate to a server that asks for one.
+With a shared secret (``secret=``, ``secret_file=`` or ``$RLINKS_SECRET``)
+the client and server prove to each other that they know it before
+anything else is said (``protocol/auth.py``); a server that can't prove it
+is refused with :class:`AuthenticationFailed`.
 """
 
 from __future__ import annotations
@@ -36,6 +51,11 @@ import os
 import random
 import socket
 import time
+
+try:
+    import ssl
+except ImportError:  # pragma: no cover - Python built without OpenSSL
+    ssl = None  # type: ignore[assignment]
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,8 +63,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
+from ..protocol.auth import SECRET_ENV, ClientAuth, load_secret, normalize_secret
 from ..protocol.episodes import episode_len
-from ..protocol.errors import FrameError, FrameTooLarge, ProtocolError
+from ..protocol.errors import AuthFailed, FrameError, FrameTooLarge, ProtocolError
 from ..protocol.extensions import Extension, make_offer, negotiate, parse_offer
 from ..protocol.config import read_config
 from ..protocol.framing import FrameDecoder, encode_message_parts
@@ -53,6 +74,7 @@ from ..protocol.messages import MessageType
 from ..protocol.weights import read_state
 from .address import Address, AddressLike, parse_address
 from .errors import (
+    AuthenticationFailed,
     ClientClosed,
     ClientError,
     ConnectFailed,
@@ -61,6 +83,7 @@ from .errors import (
     ProtocolViolation,
     ServerError,
     ServerTimeout,
+    TLSFailed,
     TLSNotAvailable,
 )
 
@@ -91,6 +114,9 @@ def _iov_max() -> int:
 
 
 _IOV_MAX = _iov_max()
+
+#: Handshake failures that mean "this is not the server you trust"; never retried.
+_CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,6 +164,8 @@ class ClientStats:
     steps_sent: int = 0
     #: Batches the server acknowledged (``ack`` extension only).
     batches_acked: int = 0
+    #: Env steps in those batches.
+    steps_acked: int = 0
     #: Extra sends of a batch after a reconnect.
     batches_resent: int = 0
     #: Connections reopened after the first.
@@ -155,6 +183,7 @@ class _Batch:
     #: Generation of the connection it was last written on in full; 0: never.
     sent_on: int = 0
     sends: int = 0
+    acked: bool = False
 
 
 @dataclass
@@ -162,6 +191,7 @@ class _Counters:
     sent: int = 0
     steps: int = 0
     acked: int = 0
+    steps_acked: int = 0
     resent: int = 0
     reconnects: int = 0
 
@@ -199,10 +229,26 @@ class RLinkClient:
             config. **Unsafe**: unpickling runs code the server chooses; only
             for a server you trust entirely. Needs Ray installed.
         logger: where warnings (reconnects, possibly lost batches) go.
+        secret: the shared secret (str or bytes, at least 16 bytes). ``None``:
+            read ``secret_file``, else ``$RLINKS_SECRET``, else authenticate
+            nobody. With a secret, only a server that proves it knows the
+            same secret is talked to.
+        secret_file: a file holding the secret (instead of ``secret``).
+        ca_file: PEM bundle of the CAs that may sign the server's certificate
+            (``tls://`` only; default: the system's trusted CAs).
+        cert_file, key_file: PEM client certificate and its key, for a server
+            that requires client certificates (``key_file`` may be omitted if
+            the key is in ``cert_file``).
+        tls_server_name: the name the server's certificate must carry, if not
+            the host of ``address`` (e.g. connecting through a tunnel).
 
     Raises:
-        ValueError: an argument is out of range or the address is malformed.
-        TLSNotAvailable: ``address`` asks for TLS.
+        ValueError: an argument is out of range, the address is malformed,
+            TLS options are given for a ``tcp://`` address, or the secret is
+            too short.
+        OSError: ``secret_file`` or a TLS file can't be read.
+        ssl.SSLError: a TLS file is not valid PEM.
+        TLSNotAvailable: ``address`` asks for TLS and Python has no ``ssl``.
     """
 
     def __init__(
@@ -220,9 +266,19 @@ class RLinkClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         unsafe_allow_pickle: bool = False,
         logger: Optional[logging.Logger] = None,
+        secret: Optional[str | bytes] = None,
+        secret_file: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        cert_file: Optional[str] = None,
+        key_file: Optional[str] = None,
+        tls_server_name: Optional[str] = None,
     ) -> None:
         self.address: Address = parse_address(address)
-        _check_transport(self.address)
+        self._ssl_context = _check_transport(self.address, ca_file, cert_file, key_file, tls_server_name)
+        self._tls_server_name = tls_server_name or self.address.host
+        if secret is not None and secret_file is not None:
+            raise ValueError("pass secret or secret_file, not both")
+        self._secret: Optional[bytes] = normalize_secret(secret) if secret is not None else load_secret(secret_file)
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
         self.retry_attempts = _count("retry_attempts", retry_attempts)
@@ -236,6 +292,8 @@ class RLinkClient:
         unknown = names - {e.value for e in Extension}
         if unknown:
             raise ValueError(f"unknown extensions {sorted(map(str, unknown))}; known: {[e.value for e in Extension]}")
+        if Extension.AUTH.value in names:
+            raise ValueError(f"'auth' is offered when there is a secret: pass secret=, secret_file= or set ${SECRET_ENV}")
         self.extensions: frozenset[str] = frozenset(names)
         self.reliable = bool(reliable)
         self.unsafe_allow_pickle = bool(unsafe_allow_pickle)
@@ -257,6 +315,7 @@ class RLinkClient:
         self._pending: collections.deque[_Batch] = collections.deque()
         self._counters = _Counters()
         self._warned_no_ack = False
+        self._in_handshake = False
 
     # ------------------------------------------------------------------
     # Properties
@@ -292,6 +351,16 @@ class RLinkClient:
         return self._plain
 
     @property
+    def authenticated(self) -> bool:
+        """Whether this client authenticates (and requires the server to) with a shared secret."""
+        return self._secret is not None
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection is TLS."""
+        return self._ssl_context is not None
+
+    @property
     def server_agent(self) -> str:
         """The server's ``agent`` string from the last handshake ('' if it sent none)."""
         return self._server_agent
@@ -304,6 +373,7 @@ class RLinkClient:
             batches_sent=c.sent,
             steps_sent=c.steps,
             batches_acked=c.acked,
+            steps_acked=c.steps_acked,
             batches_resent=c.resent,
             reconnects=c.reconnects,
             unacked=len(self._pending),
@@ -349,7 +419,12 @@ class RLinkClient:
         return self
 
     def close(self) -> None:
-        """Close the connection for good. Unacknowledged batches are given up (with a warning)."""
+        """Close the connection for good. Unacknowledged batches are given up (with a warning).
+
+        The one method that may be called from another thread: a call blocked
+        on the connection, or a reliable client between reconnection
+        attempts, then stops with :class:`ClientClosed` (or :class:`ConnectionLost`).
+        """
         if self._closed:
             return
         self._closed = True
@@ -455,6 +530,7 @@ class RLinkClient:
             The same as :meth:`send_episodes`.
         """
         what = "send_episodes_and_get_state"
+        kind = MessageType.EPISODES_AND_GET_STATE
         states, steps, timesteps = self._prepare(episodes, timesteps)
         self._run(what, self._make_room)
         batch = self._enqueue(MessageType.EPISODES_AND_GET_STATE, states, steps, timesteps)
@@ -466,6 +542,14 @@ class RLinkClient:
                     # Written in full on a connection that then dropped, and
                     # nothing says whether it arrived: don't risk a duplicate.
                     self._send_message({"type": MessageType.GET_STATE.value}, "GET_STATE")
+                elif batch.acked:
+                    # Confirmed (RLlib has it) before the connection dropped;
+                    # sending it again could train on it twice (a restarted
+                    # runner can't know it). Ask for the weights it is owed:
+                    # an empty batch without seq waits for them like any other.
+                    self._send_message(
+                        {"type": kind.value, "episodes": [], "timesteps": 0}, f"{kind.value} (empty)"
+                    )
                 else:
                     self._send_batch(batch)
             return self._await(
@@ -513,6 +597,8 @@ class RLinkClient:
                 return op()
             except (ConnectionLost, ServerError) as exc:
                 self._discard_connection()
+                if self._closed:
+                    raise ClientClosed(f"{what}: the client was closed") from exc
                 if not self._recoverable(exc):
                     raise
                 if recoveries >= self.retry_attempts:
@@ -546,6 +632,7 @@ class RLinkClient:
         for attempt in range(self.retry_attempts):
             if attempt:
                 self._sleep(backoff_delay(attempt - 1, self.backoff_initial, self.backoff_cap, self._rng))
+            self._check_open()
             try:
                 self._open()
                 self._handshake()
@@ -562,6 +649,11 @@ class RLinkClient:
                 last = exc
             except ClientError:
                 raise
+            except _CERTIFICATE_ERRORS as exc:
+                raise TLSFailed(
+                    f"{self.address}: the server's certificate is not trusted: {exc}. "
+                    "Is ca_file the CA that signed it, and is it made out to this host name?"
+                ) from exc
             except OSError as exc:  # refused, unreachable, DNS, connect timeout
                 last = exc
             self._discard_connection()
@@ -575,7 +667,9 @@ class RLinkClient:
         sock = socket.create_connection((self.address.host, self.address.port), timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # TLS would wrap ``sock`` here (see _check_transport).
+            if self._ssl_context is not None:
+                # The TLS handshake runs here, bounded by connect_timeout.
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._tls_server_name)
         except BaseException:
             sock.close()
             raise
@@ -586,25 +680,54 @@ class RLinkClient:
         self._generation += 1
 
     def _handshake(self) -> None:
-        offer = make_offer(self.extensions, agent=_agent(), client_id=self._client_id)
-        self._send_message({"type": MessageType.PING.value, "rlinks": offer}, "PING")
-        reply = self._await(
-            MessageType.PONG,
-            "PONG (the handshake)",
-            hint="; the server took the connection but did not answer. RLlib's own server serves "
-            "one client at a time: is another client connected to it?",
-        )
+        auth = ClientAuth(self._secret) if self._secret is not None else None
+        offered = self.extensions | {Extension.AUTH.value} if auth is not None else self.extensions
+        offer = make_offer(offered, agent=_agent(), client_id=self._client_id, **(auth.offer() if auth else {}))
+        self._in_handshake = True
         try:
-            server_offer = parse_offer(reply)
-        except ProtocolError as exc:
-            raise ProtocolViolation(f"{self.address} sent a malformed PONG: {exc}", code=exc.code) from exc
-        self._plain = server_offer is None
-        self._agreed = negotiate(server_offer, self.extensions)
-        self._server_agent = "" if server_offer is None else server_offer.agent
+            self._send_message({"type": MessageType.PING.value, "rlinks": offer}, "PING")
+            reply = self._await(
+                MessageType.PONG,
+                "PONG (the handshake)",
+                hint="; the server took the connection but did not answer. RLlib's own server serves "
+                "one client at a time: is another client connected to it?",
+            )
+            try:
+                server_offer = parse_offer(reply)
+            except ProtocolError as exc:
+                raise ProtocolViolation(f"{self.address} sent a malformed PONG: {exc}", code=exc.code) from exc
+            self._plain = server_offer is None
+            self._agreed = negotiate(server_offer, offered)
+            self._server_agent = "" if server_offer is None else server_offer.agent
+            if auth is not None:
+                self._authenticate(auth, server_offer)
+        finally:
+            self._in_handshake = False
         self._log.debug(
             "connected to %s (%s; extensions: %s)", self.address,
             "plain RLlink" if self._plain else self._server_agent or "rlinks", sorted(self._agreed) or "none",
         )
+
+    def _authenticate(self, auth: ClientAuth, server_offer: Any) -> None:
+        """Answer the server's challenge and check its proof.
+
+        Raises:
+            AuthenticationFailed: the server does not authenticate, refused our
+                proof, or could not prove it knows the secret.
+        """
+        try:
+            answer = auth.respond(server_offer)
+        except AuthFailed as exc:
+            raise AuthenticationFailed(
+                f"{self.address}: {exc}; this client has a secret and talks only to a server that "
+                "proves it knows it (is the server's auth on?)"
+            ) from None
+        self._send_message(answer, "AUTH")
+        reply = self._await(MessageType.AUTH_OK, "AUTH_OK (authentication)")
+        try:
+            auth.confirm(reply)
+        except AuthFailed as exc:
+            raise AuthenticationFailed(f"{self.address}: {exc}; is it the learner you meant?") from None
 
     def _after_handshake(self) -> None:
         if not self._pending:
@@ -624,6 +747,11 @@ class RLinkClient:
         self._decoder = None
         self._inbox.clear()
         if sock is not None:
+            try:
+                # Wakes a call blocked on this socket in another thread (close() alone doesn't).
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected any more: nothing to wake
             sock.close()
         if self._pending and not self.reliable:
             self._log.warning(
@@ -691,7 +819,9 @@ class RLinkClient:
         for i, batch in enumerate(self._pending):
             if batch.seq == seq:
                 del self._pending[i]
+                batch.acked = True
                 self._counters.acked += 1
+                self._counters.steps_acked += batch.steps
                 return
         if 0 < seq < self._next_seq:
             # Acknowledged before; a resend after a reconnect gets a second ACK.
@@ -725,6 +855,11 @@ class RLinkClient:
                 view = view.cast("B")
             if len(view):
                 views.append(view)
+        use_sendmsg = _HAS_SENDMSG and self._ssl_context is None
+        if self._ssl_context is not None and len(views) > 1:
+            # TLS sockets have no sendmsg, and one TLS record per small part
+            # would cost more than this copy (TLS copies while encrypting anyway).
+            views = [memoryview(b"".join(views))]
         deadline = time.monotonic() + self.timeout
         i = 0
         while i < len(views):
@@ -733,7 +868,7 @@ class RLinkClient:
                 raise self._send_timeout(what)
             sock.settimeout(remaining)
             try:
-                if _HAS_SENDMSG:
+                if use_sendmsg:
                     written = sock.sendmsg(views[i : i + _IOV_MAX])
                 else:
                     written = sock.send(views[i])
@@ -855,13 +990,26 @@ class RLinkClient:
         except ProtocolError as exc:
             raise self._violation(exc, decoder) from exc
         except OSError as exc:
+            if ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
+                return False  # no whole TLS record yet
+            if (ssl is not None and self._in_handshake and isinstance(exc, ssl.SSLError)
+                    and not isinstance(exc, ssl.SSLEOFError)):
+                raise TLSFailed(
+                    f"{self.address} ended the TLS session while we waited for {what}: {exc}. "
+                    "Does it require a client certificate (cert_file/key_file) signed by a CA it trusts?"
+                ) from exc
             raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
         if not received:
             try:
                 decoder.eof()
             except FrameError as exc:
                 raise ConnectionLost(f"{self.address} closed the connection while we waited for {what}: {exc}") from exc
-            raise ConnectionLost(f"{self.address} closed the connection while we waited for {what}")
+            hint = ""
+            if self._in_handshake and self._ssl_context is not None:
+                hint = " (right after the TLS handshake: does it require a client certificate, cert_file/key_file?)"
+            elif self._in_handshake:
+                hint = " (before answering our PING: does it speak TLS? then connect to tls://...)"
+            raise ConnectionLost(f"{self.address} closed the connection while we waited for {what}{hint}")
         self._inbox.extend(messages)
         return True
 
@@ -887,17 +1035,43 @@ class RLinkClient:
             raise ClientError("no handshake yet: call connect() (or any other call) first")
 
 
-def _check_transport(address: Address) -> None:
-    """Refuse what this version can't speak yet; the place where TLS will be switched on."""
-    if address.tls:
-        raise TLSNotAvailable(
-            f"TLS is not available yet ({address}); use tcp:// on a trusted network or an SSH tunnel"
-        )
+def _check_transport(
+    address: Address,
+    ca_file: Optional[str],
+    cert_file: Optional[str],
+    key_file: Optional[str],
+    server_name: Optional[str],
+) -> Optional["ssl.SSLContext"]:
+    """The TLS context a ``tls://`` address needs; ``None`` for ``tcp://``.
+
+    Raises:
+        ValueError: TLS options for a ``tcp://`` address, or a key without a certificate.
+        TLSNotAvailable: Python has no ``ssl`` module.
+        OSError, ssl.SSLError: a file can't be read or is not valid PEM.
+    """
+    options = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file, "tls_server_name": server_name}
+    if not address.tls:
+        given = sorted(name for name, value in options.items() if value)
+        if given:
+            raise ValueError(f"{', '.join(given)} given for {address}; use a tls:// address for TLS")
+        return None
+    if ssl is None:
+        raise TLSNotAvailable(f"{address} asks for TLS, but this Python was built without the ssl module")
+    if key_file and not cert_file:
+        raise ValueError("key_file needs cert_file")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
+    return context
 
 
 def _server_error(message: dict) -> ServerError:
     # Bounded: the text ends up in logs and tracebacks.
-    return ServerError(message["code"][:64], message["message"][:_MAX_SERVER_TEXT])
+    code, text = message["code"][:64], message["message"][:_MAX_SERVER_TEXT]
+    if code == AuthFailed.code:
+        return AuthenticationFailed(f"the server refused us: {text}")
+    return ServerError(code, text)
 
 
 def _unpickle_config(raw: bytes) -> Any:

@@ -20,6 +20,8 @@ __all__ = [
     "ProtocolViolation",
     "PickledConfigRefused",
     "TLSNotAvailable",
+    "TLSFailed",
+    "AuthenticationFailed",
 ]
 
 
@@ -62,6 +64,19 @@ class ServerError(ClientError):
         self.message = message
 
 
+class AuthenticationFailed(ServerError):
+    """The shared-secret handshake failed (code ``auth_failed``).
+
+    Either the server refused our proof (wrong secret, or none: the server
+    requires one), or the server could not prove it knows the secret (it
+    has another one, does not authenticate at all, or is not who we think).
+    Never retried.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("auth_failed", message)
+
+
 class ProtocolViolation(ClientError):
     """The server sent bytes that are not valid RLlink, or a message out of turn.
 
@@ -87,4 +102,13 @@ class PickledConfigRefused(ClientError):
 
 
 class TLSNotAvailable(ClientError, NotImplementedError):
-    """A ``tls://`` address was given; this version speaks plain TCP only."""
+    """A ``tls://`` address was given but this Python has no ``ssl`` module."""
+
+
+class TLSFailed(ConnectFailed):
+    """The TLS handshake failed for a reason retrying won't fix.
+
+    The server's certificate is not signed by a CA in ``ca_file`` or is not
+    for the host name connected to, or the server refused our client
+    certificate (or that we sent none). Never retried.
+    """

@@ -6,6 +6,7 @@ Nothing here opens a socket, starts a thread or imports Ray. See
 
 from .errors import (
     ERROR_CODES,
+    AuthFailed,
     DecodeError,
     FrameError,
     FrameTooLarge,
@@ -16,11 +17,13 @@ from .errors import (
 )
 from .extensions import EXTENSIONS_VERSION, Extension, Offer, make_offer, negotiate, parse_offer
 from .framing import FrameDecoder, encode_frame, encode_message, encode_message_parts, parse_header
-from .limits import DEFAULT_MAX_FRAME_BYTES, HEADER_BYTES, MAX_BODY_BYTES
+from .limits import DEFAULT_MAX_FRAME_BYTES, HANDSHAKE_MAX_FRAME_BYTES, HEADER_BYTES, MAX_BODY_BYTES
 from .messages import OLD_API_TYPES, MessageType, validate_message
 
 __all__ = [
+    "AuthFailed",
     "DEFAULT_MAX_FRAME_BYTES",
+    "HANDSHAKE_MAX_FRAME_BYTES",
     "ERROR_CODES",
     "EXTENSIONS_VERSION",
     "HEADER_BYTES",

@@ -17,6 +17,7 @@ __all__ = [
     "UnsafePayload",
     "InvalidMessage",
     "UnsupportedMessage",
+    "AuthFailed",
     "ERROR_CODES",
 ]
 
@@ -67,6 +68,16 @@ class UnsupportedMessage(InvalidMessage):
     code = "unsupported_message"
 
 
+class AuthFailed(ProtocolError):
+    """The peer did not prove it knows the shared secret (see :mod:`.auth`).
+
+    Raised for a missing or malformed challenge as well as for a wrong
+    proof: a peer learns nothing from the message beyond "not accepted".
+    """
+
+    code = "auth_failed"
+
+
 #: Every code an ``ERROR`` message may carry, for peers and docs.
 ERROR_CODES = frozenset(
     cls.code
@@ -78,11 +89,11 @@ ERROR_CODES = frozenset(
         UnsafePayload,
         InvalidMessage,
         UnsupportedMessage,
+        AuthFailed,
     )
 ) | {
     # Raised by the server layer, not by a parse error: listed here so all
     # codes live in one place.
-    "auth_failed",
     "limit_exceeded",
     "bad_episode",
     "server_error",

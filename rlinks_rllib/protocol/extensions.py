@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .errors import InvalidMessage
+from .limits import MAX_OFFER_DEPTH
 
 __all__ = ["EXTENSIONS_VERSION", "RLINKS_KEY", "Extension", "Offer", "make_offer", "parse_offer", "negotiate"]
 
@@ -32,6 +33,7 @@ RLINKS_KEY = "rlinks"
 
 _MAX_NAMES = 64
 _MAX_NAME_LEN = 64
+_MAX_EXTRA_KEYS = 64
 
 
 class Extension(str, enum.Enum):
@@ -40,8 +42,10 @@ class Extension(str, enum.Enum):
     #: SET_STATE carries ``want_steps``: how many env steps the server wants
     #: from this client before its next EPISODES_AND_GET_STATE.
     WANT_STEPS = "want_steps"
-    #: EPISODES carries ``seq``; the server answers ``ACK`` once it holds the batch.
+    #: EPISODES carries ``seq``; the server answers ``ACK`` once RLlib has taken the batch.
     ACK = "ack"
+    #: Challenge and response over a shared secret before anything else (see :mod:`.auth`).
+    AUTH = "auth"
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,10 @@ def make_offer(extensions: Iterable[str | Extension], agent: str = "", **extra: 
 def parse_offer(message: Mapping[str, Any]) -> Offer | None:
     """Read the ``rlinks`` offer of a PING or PONG; ``None`` for a plain RLlink peer.
 
-    Unknown extension names are kept (the caller negotiates them away).
+    Unknown extension names are kept (the caller negotiates them away), and
+    so are unknown keys, in :attr:`Offer.extra`: at most 64 of them, nested
+    at most ``MAX_OFFER_DEPTH`` levels, since a peer that has not
+    authenticated yet chooses them.
 
     Raises:
         InvalidMessage: the offer is present but malformed.
@@ -90,6 +97,9 @@ def parse_offer(message: Mapping[str, Any]) -> Offer | None:
     if type(agent) is not str:
         raise InvalidMessage("'rlinks.agent' must be a string")
     extra = {k: v for k, v in raw.items() if k not in ("version", "extensions", "agent")}
+    if len(extra) > _MAX_EXTRA_KEYS:
+        raise InvalidMessage(f"'rlinks' may carry at most {_MAX_EXTRA_KEYS} other keys")
+    _check_depth(extra)
     return Offer(version=version, extensions=frozenset(names), agent=agent[:128], extra=extra)
 
 
@@ -99,3 +109,19 @@ def negotiate(offer: Offer | None, supported: Iterable[str | Extension]) -> froz
         return frozenset()
     ours = {e.value if isinstance(e, Extension) else e for e in supported}
     return frozenset(offer.extensions & ours)
+
+
+def _check_depth(value: Any) -> None:
+    """Refuse maps and lists nested deeper than ``MAX_OFFER_DEPTH``, without recursing."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= MAX_OFFER_DEPTH:
+            raise InvalidMessage(f"'rlinks' offer nested deeper than {MAX_OFFER_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)

@@ -25,6 +25,8 @@ __all__ = [
     "pong",
     "error",
     "ack",
+    "auth",
+    "auth_ok",
 ]
 
 
@@ -56,6 +58,10 @@ class MessageType(str, enum.Enum):
     # the others only to a peer that negotiated the extension that uses them.
     ERROR = "ERROR"
     ACK = "ACK"
+    #: Client -> server: the proof of the ``auth`` extension (see :mod:`.auth`).
+    AUTH = "AUTH"
+    #: Server -> client: the proof accepted, and the server's own proof.
+    AUTH_OK = "AUTH_OK"
 
     def __str__(self) -> str:
         return self.value
@@ -91,6 +97,8 @@ _REQUIRED: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.EPISODES_AND_GET_STATE: {"episodes": (list,)},
     MessageType.ERROR: {"code": (str,), "message": (str,)},
     MessageType.ACK: {"seq": (int,)},
+    MessageType.AUTH: {"proof": (bytes,)},
+    MessageType.AUTH_OK: {"proof": (bytes,)},
 }
 _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},
@@ -180,3 +188,13 @@ def error(code: str, message: str) -> dict:
 def ack(seq: int) -> dict:
     """An ``ACK``: the ``EPISODES`` batch ``seq`` is safely in the server's inbox."""
     return {"type": MessageType.ACK.value, "seq": seq}
+
+
+def auth(proof: bytes) -> dict:
+    """An ``AUTH``: the client's answer to the server's challenge."""
+    return {"type": MessageType.AUTH.value, "proof": proof}
+
+
+def auth_ok(proof: bytes) -> dict:
+    """An ``AUTH_OK``: the client is accepted; ``proof`` shows the server knows the secret too."""
+    return {"type": MessageType.AUTH_OK.value, "proof": proof}

@@ -10,22 +10,37 @@ sessions need no locks.
 Nothing here imports Ray: the RLlib-specific parts (turning wire episodes into
 ``SingleAgentEpisode`` objects, the ``SET_CONFIG`` description) come in as
 callables from :class:`~.env_runner.RLinkEnvRunner`.
+
+Connections are accepted by a loop of our own rather than by
+``create_server``, so that every connection counts against ``max_clients``
+from the moment it is accepted, including while its TLS handshake runs (an
+asyncio server creates the protocol only once that handshake is done, and
+so can't bound how many are in progress), and so that failed TLS
+handshakes are counted.
+
+Confirmations (the ``ack`` extension) are sent when ``sample()`` hands a
+batch to RLlib (:meth:`RLinkServer.confirm`), not when it reaches the
+inbox: a confirmed batch has left this process, so a runner that dies
+loses nothing its clients believe delivered; they resend the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import __version__
 from ..protocol import Extension, encode_message
 from ..protocol import messages as msgs
+from ..protocol.auth import secret_file_is_private
 from ..protocol.codec import Buffer
 from ..protocol.framing import encode_body_once, encode_set_state_parts
 from .budget import UpdateBudget
@@ -33,7 +48,7 @@ from .inbox import Batch, Inbox
 from .session import IngestError, Session, SessionState
 from .settings import RLinkSettings
 
-__all__ = ["RLinkServer", "ServerStats", "Ingest"]
+__all__ = ["RLinkServer", "ServerStats", "Ingest", "SeqBatch", "server_ssl_context", "exposure_warning"]
 
 logger = logging.getLogger("rlinks_rllib.server")
 
@@ -43,6 +58,87 @@ Ingest = Callable[[list], "tuple[list[Any], int]"]
 
 _TICK_S = 0.25
 _HELD_SEQ_MAX = 65536
+#: accept() failures that mean "out of descriptors or memory": wait, then accept again.
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_RETRY_S = 0.5
+_ACCEPT_WARN_EVERY_S = 10.0
+
+
+class LogLimiter:
+    """At most ``burst`` warnings per ``window_s`` seconds; then one line saying how many were left out.
+
+    Counters (``ServerStats.errors``) still count every rejection; only the
+    log lines are thinned.
+    """
+
+    def __init__(self, burst: int = 20, window_s: float = 10.0) -> None:
+        self.burst, self.window_s = burst, window_s
+        self._window_start = time.monotonic()
+        self._logged = 0
+        self.suppressed = 0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now - self._window_start >= self.window_s:
+            if self.suppressed:
+                logger.warning("rlinks: %d more rejected connections were not logged in the last %.0f s "
+                               "(see the 'errors' counters)", self.suppressed, now - self._window_start)
+            self._window_start, self._logged, self.suppressed = now, 0, 0
+        if self._logged < self.burst:
+            self._logged += 1
+            return True
+        self.suppressed += 1
+        return False
+
+
+@dataclass
+class SeqBatch(Batch):
+    """A batch with the ``seq`` its client numbered it with (``ack`` extension), if any."""
+
+    seq: Optional[int] = None
+
+
+def exposure_warning(settings: RLinkSettings, *, authenticated: bool, address: tuple) -> Optional[str]:
+    """What to warn about a runner that listens beyond loopback; ``None`` if nothing.
+
+    Without authentication: a banner, since anyone who reaches the port can
+    feed the training run. With authentication but without TLS: one line.
+    """
+    if settings.loopback_only or (authenticated and settings.tls):
+        return None
+    where = f"{address[0]}:{address[1]}"
+    if authenticated:
+        return (f"rlinks: listening on {where} beyond loopback without TLS: anyone on the network path "
+                "can read the weights and episodes, and alter them after the handshake (docs/SECURITY.md)")
+    bar = "!" * 78
+    return (
+        f"\n{bar}\nrlinks: LISTENING ON {where}, BEYOND LOOPBACK, WITHOUT AUTHENTICATION"
+        f"{'' if settings.tls else ' OR TLS'}.\n"
+        "Anyone who can reach this port can feed episodes into your training run.\n"
+        "Set RLINKS_SECRET (or the setting auth_secret_file) on the runners, and tls_cert_file/tls_key_file;\n"
+        f"see docs/SECURITY.md.\n{bar}"
+    )
+
+
+def server_ssl_context(settings: RLinkSettings) -> Optional[ssl.SSLContext]:
+    """The TLS context the settings ask for; ``None`` for plain TCP.
+
+    TLS 1.2 at least; with ``tls_client_ca_file`` every client must present
+    a certificate that CA signed.
+
+    Raises:
+        OSError: a certificate or key file can't be read.
+        ssl.SSLError: a file is not a valid PEM certificate or key, or the key doesn't match.
+    """
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
+    if settings.tls_client_ca_file:
+        context.load_verify_locations(cafile=settings.tls_client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 @dataclass
@@ -59,6 +155,11 @@ class ServerStats:
     batches_in: int = 0
     steps_in: int = 0
     duplicates: int = 0
+    #: Batches (and their env steps) handed to RLlib and confirmed to their client.
+    batches_acked: int = 0
+    steps_acked: int = 0
+    tls_handshakes_failed: int = 0
+    accept_errors: int = 0
     errors: collections.Counter = field(default_factory=collections.Counter)
 
     def count_error(self, code: str) -> None:
@@ -82,9 +183,13 @@ class RLinkServer:
         update_steps: env steps one on-policy update takes from this runner.
         on_policy: whether the algorithm trains on-policy (clients are parked
             between updates); off-policy runners answer every request at once.
+
+    Raises:
+        OSError: the port can't be bound, or a TLS or secret file can't be read.
+        ssl.SSLError: a TLS file is not valid.
+        ValueError: ``auth="on"`` without a secret, or a malformed secret.
     """
 
-    supported_extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
     agent = f"rlinks-rllib/{__version__}"
 
     def __init__(
@@ -108,14 +213,27 @@ class RLinkServer:
         self._budget = UpdateBudget(update_steps)
         self._sessions: set[Session] = set()
         self._parked: collections.OrderedDict[Session, None] = collections.OrderedDict()
-        self._held_seq: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
+        self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        self._by_client: dict[str, Session] = {}
         self._weights_seq_no = 0
         self._state_body: bytes | None = None
         self._session_numbers = 0
+        #: The shared secret clients must prove they know; None: no authentication.
+        self.auth_secret: Optional[bytes] = settings.auth_secret()
+        self.supported_extensions = frozenset(
+            {Extension.WANT_STEPS.value, Extension.ACK.value}
+            | ({Extension.AUTH.value} if self.auth_secret is not None else set())
+        )
+        self._ssl = server_ssl_context(settings)
+        self._tls_handshakes: set[asyncio.Task] = set()
         self._sock = self._bind(settings.host, port)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self._loop = asyncio.new_event_loop()
-        self._server: asyncio.base_events.Server | None = None
+        self._accepting: asyncio.Task | None = None
+        self._closing = False
+        self._last_accept_warning = 0.0
+        self.log_limiter = LogLimiter()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"rlinks-server-{self.address[1]}", daemon=True)
         self._thread_error: BaseException | None = None
@@ -145,12 +263,23 @@ class RLinkServer:
         self._thread.start()
         if not self._ready.wait(timeout) or self._thread_error is not None:
             raise RuntimeError(f"rlinks server on {self.address} failed to start: {self._thread_error}")
-        logger.info("rlinks: listening on %s:%d", *self.address)
+        settings = self.settings
+        logger.info(
+            "rlinks: listening on %s:%d (%s, %s)", *self.address,
+            "TLS" + (" with client certificates" if settings.tls_client_ca_file else "") if settings.tls else "plain TCP",
+            "shared-secret authentication" if self.auth_secret is not None else "no authentication",
+        )
+        if settings.auth_secret_file and self.auth_secret is not None and not secret_file_is_private(settings.auth_secret_file):
+            logger.warning("rlinks: the secret file %s is readable by other users; chmod 600 it",
+                           settings.auth_secret_file)
+        warning = exposure_warning(settings, authenticated=self.auth_secret is not None, address=self.address)
+        if warning is not None:
+            logger.warning("%s", warning)
 
     @property
     def healthy(self) -> bool:
-        """Whether the loop thread runs and the socket listens."""
-        return self._thread.is_alive() and self._server is not None and self._server.is_serving()
+        """Whether the loop thread runs and the socket accepts connections."""
+        return self._thread.is_alive() and self._accepting is not None and not self._accepting.done()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Close every connection and the listening socket; return within ``timeout``."""
@@ -169,9 +298,7 @@ class RLinkServer:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._server = self._loop.run_until_complete(
-                self._loop.create_server(self._new_session, sock=self._sock)
-            )
+            self._accepting = self._loop.create_task(self._accept_forever())
             self._loop.call_later(_TICK_S, self._tick)
             self._ready.set()
             self._loop.run_forever()
@@ -180,35 +307,98 @@ class RLinkServer:
             logger.exception("rlinks server loop on %s died", self.address)
             self._ready.set()
         finally:
+            self._sock.close()
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        self._closing = True
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for task in list(self._tls_handshakes):
+            task.cancel()
         for session in list(self._sessions):
             session.fail("shutting_down", "the runner is stopping")
         self._loop.call_later(0.05, self._loop.stop)
 
     # -- loop thread ---------------------------------------------------------
 
+    async def _accept_forever(self) -> None:
+        """Accept connections until cancelled; no failure of one accept stops it."""
+        loop = self._loop
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                if self._closing:
+                    return
+                self.stats.accept_errors += 1
+                now = time.monotonic()
+                if now - self._last_accept_warning > _ACCEPT_WARN_EVERY_S:
+                    self._last_accept_warning = now
+                    logger.warning("rlinks: accept() on %s:%d failed: %s", *self.address, exc)
+                if exc.errno in _OUT_OF_RESOURCES:
+                    await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            self.stats.connections_total += 1
+            if self._ssl is None:
+                try:
+                    await loop.connect_accepted_socket(self._new_session, conn)
+                except OSError as exc:
+                    logger.info("rlinks: connection from %s lost while being set up: %s", addr, exc)
+                    conn.close()
+                continue
+            if len(self._sessions) + len(self._tls_handshakes) >= self.settings.max_clients:
+                # No ERROR can be sent before the TLS handshake: just close.
+                self.stats.connections_refused += 1
+                self.stats.count_error("limit_exceeded")
+                if self.log_limiter.allow():
+                    logger.warning("rlinks: refused a connection from %s: %d clients connected or connecting",
+                                   addr, self.settings.max_clients)
+                conn.close()
+                continue
+            task = loop.create_task(self._tls_handshake(conn, addr))
+            self._tls_handshakes.add(task)
+            task.add_done_callback(self._tls_handshakes.discard)
+
+    async def _tls_handshake(self, conn: socket.socket, addr: Any) -> None:
+        try:
+            await self._loop.connect_accepted_socket(
+                self._new_session, conn, ssl=self._ssl, ssl_handshake_timeout=self.settings.handshake_timeout_s
+            )
+        except OSError as exc:  # ssl.SSLError, a timeout (ConnectionAbortedError), a reset
+            self.stats.tls_handshakes_failed += 1
+            if self.log_limiter.allow():
+                logger.warning("rlinks: TLS handshake with %s failed: %s", addr, exc)
+            conn.close()
+
     def _new_session(self) -> Session:
         self._session_numbers += 1
         return Session(self, self._session_numbers)
 
     def session_opened(self, session: Session) -> None:
-        self.stats.connections_total += 1
         if len(self._sessions) >= self.settings.max_clients:
             self.stats.connections_refused += 1
             session.fail("limit_exceeded", f"this runner already serves {self.settings.max_clients} clients")
             return
         self._sessions.add(session)
         self.stats.clients_connected = len(self._sessions)
+
+    def session_ready(self, session: Session) -> None:
+        """``session`` finished its handshake: confirmations for its client_id go to it now.
+
+        A full inbox pauses a session only from here on: handshakes are
+        small and always run, so their deadline holds even while the
+        learner is slow to take batches.
+        """
+        self._by_client[session.client_id] = session
         if self.inbox.full():
             session.pause_reading()
 
     def session_closed(self, session: Session) -> None:
         self._sessions.discard(session)
+        if self._by_client.get(session.client_id) is session:
+            del self._by_client[session.client_id]
         self._parked.pop(session, None)
         self._budget.forget(session.client_id)
         self.stats.clients_connected = len(self._sessions)
@@ -226,15 +416,33 @@ class RLinkServer:
         return self._config_frame
 
     def already_held(self, client_id: str, seq: int) -> bool:
-        return seq <= self._held_seq.get(client_id, 0)
+        """Whether batch ``seq`` of ``client_id`` was taken in before (it is a resend)."""
+        return seq <= self._seqs.get(client_id, (0, 0))[0]
 
-    def mark_held(self, client_id: str, seq: int) -> None:
-        self._held_seq[client_id] = seq
-        self._held_seq.move_to_end(client_id)
-        while len(self._held_seq) > _HELD_SEQ_MAX:
-            self._held_seq.popitem(last=False)
+    def already_confirmed(self, client_id: str, seq: int) -> bool:
+        """Whether batch ``seq`` of ``client_id`` was handed to RLlib (and so confirmed)."""
+        return seq <= self._seqs.get(client_id, (0, 0))[1]
 
-    def ingest(self, session: Session, wire_episodes: list) -> int:
+    def _mark_held(self, client_id: str, seq: int) -> None:
+        _, confirmed = self._seqs.get(client_id, (0, 0))
+        self._seqs[client_id] = (seq, confirmed)
+        self._seqs.move_to_end(client_id)
+        while len(self._seqs) > _HELD_SEQ_MAX:
+            self._seqs.popitem(last=False)
+
+    def _confirm(self, taken: list[tuple[str, int, int]]) -> None:
+        for client_id, seq, steps in taken:
+            held, confirmed = self._seqs.get(client_id, (seq, 0))
+            self._seqs[client_id] = (max(held, seq), max(confirmed, seq))
+            self.stats.batches_acked += 1
+            self.stats.steps_acked += steps
+            session = self._by_client.get(client_id)
+            if session is not None and session.state is not SessionState.CLOSED:
+                # If the client is between connections it resends the batch
+                # after reconnecting and is confirmed then (see Session).
+                session.send(msgs.ack(seq))
+
+    def ingest(self, session: Session, wire_episodes: list, seq: Optional[int] = None) -> int:
         """Check and convert a message's episodes, then queue them. Returns env steps.
 
         Raises:
@@ -248,11 +456,13 @@ class RLinkServer:
                 code="limit_exceeded",
             )
         episodes, steps = self._ingest(wire_episodes)
-        nbytes = self._decoder_frame_bytes(session)
-        batch = Batch(episodes, steps, nbytes, session.weights_seq_no, session.client_id)
+        batch = SeqBatch(episodes, steps, session.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
+        if seq is not None:
+            self._mark_held(session.client_id, seq)
         if self.inbox.put(batch):
             for other in self._sessions:
-                other.pause_reading()
+                if other.state in (SessionState.READY, SessionState.PARKED):
+                    other.pause_reading()
         self.stats.batches_in += 1
         self.stats.steps_in += steps
         session.batches_in += 1
@@ -260,12 +470,6 @@ class RLinkServer:
         if session.weights_seq_no == self._weights_seq_no:
             self._budget.record(session.client_id, steps)
         return steps
-
-    @staticmethod
-    def _decoder_frame_bytes(session: Session) -> int:
-        # The exact frame size is gone once decoded; the running byte count
-        # since the last batch is a close, cheap stand-in.
-        return max(1, session._decoder.bytes_in - getattr(session, "_bytes_at_last_batch", 0))
 
     def send_weights(self, session: Session, *, on_policy_request: bool, want: int | None = None) -> None:
         """Send the current weights to ``session`` with its share of steps to sample."""
@@ -278,10 +482,9 @@ class RLinkServer:
             raise IngestError("this runner has no weights yet", code="server_error")
         session.send_parts(encode_set_state_parts(self._state_body, **fields))
         session.weights_seq_no = self._weights_seq_no
-        session._bytes_at_last_batch = session._decoder.bytes_in
 
     def _share_for(self, session: Session) -> int:
-        clients = max(1, sum(1 for s in self._sessions if s.state is not SessionState.HANDSHAKE))
+        clients = max(1, sum(1 for s in self._sessions if s.state in (SessionState.READY, SessionState.PARKED)))
         fair = -(-self._budget.target // clients)
         return self._budget.assign(session.client_id, fair)
 
@@ -338,6 +541,20 @@ class RLinkServer:
         """New weights from the learner: pack them once, send them to whoever waits."""
         state_body = encode_body_once({"rl_module": params, "weights_seq_no": seq_no})
         self._loop.call_soon_threadsafe(self._on_new_weights, state_body, seq_no)
+
+    def confirm(self, batches: list[Batch]) -> None:
+        """RLlib has these batches now (``sample()`` returns them): confirm them to their clients.
+
+        Thread-safe. Batches without a ``seq`` (clients without ``ack``) are skipped.
+        """
+        taken = [(b.client, b.seq, b.steps) for b in batches if getattr(b, "seq", None) is not None]
+        if not taken:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._confirm, taken)
+        except RuntimeError:
+            logger.warning("rlinks: %d batch(es) handed to RLlib after the server loop closed are not "
+                           "confirmed; reliable clients resend them to the next runner", len(taken))
 
     def extend_update(self, steps: int) -> None:
         """Thread-safe :meth:`_extend_update`: RLlib needs ``steps`` more with the same weights."""

@@ -88,7 +88,8 @@ def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float
 
 
 _COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",
-             "bytes_out", "batches_in", "steps_in", "duplicates", "errors_total")
+             "bytes_out", "batches_in", "steps_in", "batches_acked", "steps_acked", "duplicates", "errors_total",
+             "tls_handshakes_failed", "accept_errors")
 
 
 class TransportMetrics:
@@ -112,7 +113,7 @@ class TransportMetrics:
         metrics.log_value((key, "weights_seq_no"), weights_seq_no, reduce="max", window=1)
         # Counters: totals over the run, summed over runners.
         for name in _COUNTERS:
-            metrics.log_value((key, name), self._delta(name, snapshot[name]), reduce="lifetime_sum")
+            metrics.log_value((key, name), self._delta(name, snapshot.get(name, 0)), reduce="lifetime_sum")
         for code, count in snapshot["errors"].items():
             metrics.log_value((key, "errors", code), self._delta("error:" + code, count), reduce="lifetime_sum")
         metrics.log_value((key, "dropped_stale_steps"), self._delta("dropped", dropped_stale_steps),

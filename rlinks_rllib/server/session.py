@@ -10,8 +10,15 @@ one connection and is logged and counted.
 States::
 
     handshake --PING--> ready --EPISODES_AND_GET_STATE (update complete)--> parked
-                          ^                                                   |
-                          +----------------- SET_STATE (new weights) ---------+
+        |                 ^  ^                                                |
+        |                 |  +----------------- SET_STATE (new weights) ------+
+        +--PING (auth)--> auth --AUTH (proof checked)
+
+With authentication on (:mod:`rlinks_rllib.protocol.auth`), a connection
+answers only PING and then AUTH; anything else, or a wrong proof, ends it
+with ``ERROR auth_failed`` before another message is read. Until the
+handshake is done, frames are capped at ``HANDSHAKE_MAX_FRAME_BYTES`` and
+reads go through a small buffer, so a stranger costs the runner little.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
+    AuthFailed,
     Extension,
     FrameDecoder,
     MessageType,
@@ -34,7 +42,9 @@ from ..protocol import (
     parse_offer,
 )
 from ..protocol import messages as msgs
+from ..protocol.auth import ServerAuth
 from ..protocol.codec import Buffer
+from ..protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
 
 if TYPE_CHECKING:
     from .listener import RLinkServer
@@ -44,6 +54,7 @@ __all__ = ["Session", "SessionState", "IngestError"]
 logger = logging.getLogger("rlinks_rllib.server")
 
 _READ_CHUNK = 256 * 1024
+_HANDSHAKE_READ_CHUNK = 4096
 _MAX_CLIENT_ID = 64
 
 
@@ -61,14 +72,17 @@ class IngestError(ValueError):
 
 class SessionState(enum.Enum):
     HANDSHAKE = "handshake"
+    AUTH = "auth"
     READY = "ready"
     PARKED = "parked"
     CLOSED = "closed"
 
 
 _SERVER_TO_CLIENT = frozenset(
-    {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK}
+    {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK,
+     MessageType.AUTH_OK}
 )
+_HANDSHAKING = frozenset({SessionState.HANDSHAKE, SessionState.AUTH})
 
 
 class Session(asyncio.BufferedProtocol):
@@ -84,16 +98,21 @@ class Session(asyncio.BufferedProtocol):
         #: Weights version the client holds: what its next batch is sampled with.
         self.weights_seq_no = 0
         self.agent = ""
+        #: Whether the client's PING carried an ``rlinks`` offer (a keep-alive PONG answers in kind).
+        self.agent_offered = False
         self.opened_at = time.monotonic()
         self.last_activity = self.opened_at
         self.frame_started_at: float | None = None
+        #: Size of the frame being handled, header included (the inbox counts it).
+        self.frame_bytes = 0
         self.reading_paused = False
         self.batches_in = 0
         self.steps_in = 0
         self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(server.settings.max_frame_bytes)
-        self._chunk = bytearray(_READ_CHUNK)
+        self._decoder = FrameDecoder(min(HANDSHAKE_MAX_FRAME_BYTES, server.settings.max_frame_bytes))
+        self._chunk = bytearray(_HANDSHAKE_READ_CHUNK)
         self._gave_body_buffer = False
+        self._auth: ServerAuth | None = None
 
     # -- asyncio protocol -------------------------------------------------
 
@@ -117,10 +136,11 @@ class Session(asyncio.BufferedProtocol):
             else:
                 messages = self._decoder.feed(memoryview(self._chunk)[:nbytes])
             self.frame_started_at = (self.frame_started_at or self.last_activity) if self._decoder.in_frame else None
-            for message in messages:
+            for message, size in zip(messages, self._decoder.last_frame_sizes):
                 if self.state is SessionState.CLOSED:
                     return
                 self.server.stats.frames_in += 1
+                self.frame_bytes = size
                 self._handle(message)
         except ProtocolError as exc:
             self.fail(exc.code, str(exc))
@@ -197,8 +217,8 @@ class Session(asyncio.BufferedProtocol):
         settings = self.server.settings
         if self.state is SessionState.CLOSED or self.reading_paused:
             return
-        if self.state is SessionState.HANDSHAKE and now - self.opened_at > settings.handshake_timeout_s:
-            self.fail("limit_exceeded", f"no PING within {settings.handshake_timeout_s:g} s of connecting")
+        if self.state in _HANDSHAKING and now - self.opened_at > settings.handshake_timeout_s:
+            self.fail("limit_exceeded", f"handshake not done within {settings.handshake_timeout_s:g} s of connecting")
         elif self.frame_started_at is not None and now - self.frame_started_at > settings.frame_timeout_s:
             self.fail(
                 "limit_exceeded",
@@ -212,17 +232,31 @@ class Session(asyncio.BufferedProtocol):
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = MessageType(message["type"])
-        if kind in _SERVER_TO_CLIENT:
-            raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
         if self.state is SessionState.HANDSHAKE:
             if kind is not MessageType.PING:
+                if self.server.auth_secret is not None:
+                    raise AuthFailed(f"expected PING (and authentication) first, got {kind.value}")
                 raise UnsupportedMessage(f"expected PING as the first message, got {kind.value}")
-            self._on_ping(message)
+            self._on_first_ping(message)
             return
+        if self.state is SessionState.AUTH:
+            if kind is not MessageType.AUTH:
+                raise AuthFailed(f"expected AUTH, got {kind.value}")
+            assert self._auth is not None
+            reply = self._auth.accept(message)
+            self._auth = None
+            self._handshake_done()
+            self.send(reply)
+            return
+        if kind in _SERVER_TO_CLIENT:
+            raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
+        if kind is MessageType.AUTH:
+            raise UnsupportedMessage("AUTH outside the handshake")
         if self.state is SessionState.PARKED:
             raise UnsupportedMessage(f"{kind.value} while waiting for SET_STATE; wait for the reply first")
         if kind is MessageType.PING:
-            self._on_ping(message)
+            # A keep-alive: the agreement stands as made in the handshake.
+            self.send(msgs.pong(make_offer(self.extensions, agent=self.server.agent) if self.agent_offered else None))
         elif kind is MessageType.GET_CONFIG:
             self.send_parts([self.server.config_frame()])
         elif kind is MessageType.GET_STATE:
@@ -232,38 +266,54 @@ class Session(asyncio.BufferedProtocol):
         elif kind is MessageType.EPISODES_AND_GET_STATE:
             self._on_episodes(message, on_policy=True)
 
-    def _on_ping(self, message: dict[str, Any]) -> None:
+    def _on_first_ping(self, message: dict[str, Any]) -> None:
         offer = parse_offer(message)
+        secret = self.server.auth_secret
         reply_offer = None
+        extra: dict[str, Any] = {}
+        if secret is not None:
+            self._auth = ServerAuth(secret)
+            extra = self._auth.challenge(offer)
         if offer is not None:
+            self.agent_offered = True
             self.extensions = negotiate(offer, self.server.supported_extensions)
             self.agent = offer.agent
             client_id = offer.extra.get("client_id")
             if type(client_id) is str and 0 < len(client_id) <= _MAX_CLIENT_ID:
                 self.client_id = client_id
-            reply_offer = make_offer(self.extensions, agent=self.server.agent)
-        if self.state is SessionState.HANDSHAKE:
-            self.state = SessionState.READY
-            logger.info(
-                "client %s connected from %s (%s; extensions: %s)",
-                self.client_id, self.peer, self.agent or "plain RLlink", ", ".join(sorted(self.extensions)) or "none",
-            )
+            reply_offer = make_offer(self.extensions, agent=self.server.agent, **extra)
+        if secret is not None:
+            self.state = SessionState.AUTH
+        else:
+            self._handshake_done()
         self.send(msgs.pong(reply_offer))
+
+    def _handshake_done(self) -> None:
+        self.state = SessionState.READY
+        self._decoder.max_frame_bytes = self.server.settings.max_frame_bytes
+        self._chunk = bytearray(_READ_CHUNK)
+        self.server.session_ready(self)
+        logger.info(
+            "client %s connected from %s (%s; extensions: %s)",
+            self.client_id, self.peer, self.agent or "plain RLlink", ", ".join(sorted(self.extensions)) or "none",
+        )
 
     def _on_episodes(self, message: dict[str, Any], *, on_policy: bool) -> None:
         seq = message.get("seq") if Extension.ACK.value in self.extensions else None
         if seq is not None and self.server.already_held(self.client_id, seq):
+            # Resent after a reconnect. Already handed to RLlib: confirm it
+            # again; still in the inbox: its ACK comes when sample() takes it.
             self.server.stats.duplicates += 1
-            self.send(msgs.ack(seq))
+            if self.server.already_confirmed(self.client_id, seq):
+                self.send(msgs.ack(seq))
             if on_policy:
                 self.server.after_on_policy_batch(self, 0)
             return
-        steps = self.server.ingest(self, message["episodes"])
-        if seq is not None:
-            self.server.mark_held(self.client_id, seq)
-            self.send(msgs.ack(seq))
+        steps = self.server.ingest(self, message["episodes"], seq=seq)
         if on_policy:
             self.server.after_on_policy_batch(self, steps)
 
     def _log_close(self, reason: str, level: int = logging.INFO) -> None:
+        if level >= logging.WARNING and not self.server.log_limiter.allow():
+            return  # a flood of rejections must not flood the log; the limiter reports the count
         logger.log(level, "client %s (%s) disconnected: %s", self.client_id, self.peer, reason)

@@ -13,14 +13,29 @@ own ``port`` key, so a script written for RLlib's
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+from ..protocol.auth import SECRET_ENV, load_secret
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 
-__all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK"]
+__all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "AUTH_MODES", "is_loopback"]
 
 LOOPBACK = "127.0.0.1"
+
+#: Values of the ``auth`` setting.
+AUTH_MODES = ("auto", "on", "off")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, ``localhost``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 @dataclass(frozen=True)
@@ -35,8 +50,11 @@ class RLinkSettings:
             ``AlgorithmConfig`` as RLlib's own dummy client needs. UNSAFE: the
             pickle runs code in the client that loads it, so only switch it on
             for clients you trust to trust you.
-        max_clients: connections one runner accepts at once; more are refused with an ERROR.
-        handshake_timeout_s: time a new connection has to send its PING.
+        max_clients: connections one runner holds at once, counted from accept (TLS
+            handshakes in progress included); more are refused with ``ERROR
+            limit_exceeded`` (with TLS: closed, since no ERROR can be sent yet).
+        handshake_timeout_s: time a new connection has to finish its handshake: TLS,
+            PING and, with authentication, AUTH.
         idle_timeout_s: a client that sends nothing for this long (while we owe it
             nothing) is disconnected.
         frame_timeout_s: time a frame may take to arrive once its first byte has.
@@ -48,9 +66,23 @@ class RLinkSettings:
         inbox_max_bytes: the same bound in bytes of frames.
         sample_wait_fraction: share of RLlib's ``sample_timeout_s`` that
             ``sample()`` may wait for steps before returning what it has.
+        extend_after_s: when RLlib samples again before sending new weights
+            (another runner is still short), wait this long before asking this
+            runner's on-policy clients for more steps with the same weights.
         drop_stale_steps: drop (and count) steps sampled with weights older than
             the current ones instead of training on them with their lag reported.
         max_write_buffer_bytes: bytes queued to one client before it is cut off as too slow.
+        auth: ``"auto"`` (default): require the shared secret when one is set
+            (``$RLINKS_SECRET`` in the runner's environment, or
+            ``auth_secret_file``); ``"on"``: require it, and fail to start
+            without one; ``"off"``: never ask. See ``protocol/auth.py``.
+        auth_secret_file: a file holding the shared secret (readable by its owner
+            only). There is deliberately no setting that holds the secret itself:
+            ``env_config`` is logged, pickled and checkpointed.
+        tls_cert_file: PEM certificate chain of the server; setting it switches TLS on.
+        tls_key_file: PEM private key of that certificate ('' if it is in ``tls_cert_file``).
+        tls_client_ca_file: PEM CA bundle; when set, every client must present a
+            certificate signed by it (mutual TLS).
     """
 
     host: str = LOOPBACK
@@ -66,8 +98,14 @@ class RLinkSettings:
     inbox_max_steps: int = 1_000_000
     inbox_max_bytes: int = 1024 * 1024 * 1024
     sample_wait_fraction: float = 0.75
+    extend_after_s: float = 2.0
     drop_stale_steps: bool = False
     max_write_buffer_bytes: int = 256 * 1024 * 1024
+    auth: str = "auto"
+    auth_secret_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,6 +126,39 @@ class RLinkSettings:
         for name in ("handshake_timeout_s", "idle_timeout_s", "frame_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"rlinks setting {name!r} must be positive")
+        if self.auth not in AUTH_MODES:
+            raise ValueError(f"rlinks setting 'auth' must be one of {AUTH_MODES}, got {self.auth!r}")
+        if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
+            raise ValueError("rlinks settings 'tls_key_file' and 'tls_client_ca_file' need 'tls_cert_file'")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the runner speaks TLS."""
+        return bool(self.tls_cert_file)
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether only this machine can reach the listening address."""
+        return is_loopback(self.host)
+
+    def auth_secret(self, environ: Optional[Mapping[str, str]] = None) -> Optional[bytes]:
+        """The shared secret clients must prove they know; ``None``: no authentication.
+
+        Read when called (on the runner, where the environment and the file are).
+
+        Raises:
+            ValueError: ``auth="on"`` and no secret is set, or the secret is malformed.
+            OSError: ``auth_secret_file`` can't be read.
+        """
+        if self.auth == "off":
+            return None
+        secret = load_secret(self.auth_secret_file or None, environ)
+        if secret is None and self.auth == "on":
+            raise ValueError(
+                f"rlinks setting auth='on' but no secret: set ${SECRET_ENV} in the runner's environment "
+                "or the setting 'auth_secret_file'"
+            )
+        return secret
 
     @classmethod
     def from_env_config(cls, env_config: Mapping[str, Any] | None) -> "RLinkSettings":

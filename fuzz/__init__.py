@@ -1,0 +1,1 @@
+"""Fuzz targets for the RLlink protocol layer (see ``fuzz/targets.py``)."""
