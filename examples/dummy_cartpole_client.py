@@ -46,6 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retry-attempts", type=int, default=20, help="connection attempts before giving up")
     parser.add_argument("--fragment-steps", type=int, default=500, help="steps per batch when the server doesn't say (plain RLlib)")
     parser.add_argument("--activation", default="tanh", help="hidden activation when the server doesn't say (plain RLlib)")
+    parser.add_argument("--secret-file", default=None, help="shared secret for an authenticating learner (or set RLINKS_SECRET)")
+    parser.add_argument("--ca-file", default=None, help="CA certificate to check a tls:// learner with")
+    parser.add_argument("--cert-file", default=None, help="client certificate, for a learner that wants one")
+    parser.add_argument("--key-file", default=None, help="key of --cert-file")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id standing in for the simulator")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> dict:
     returns: collections.deque[float] = collections.deque(maxlen=20)
 
     client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
-                         reliable=args.reliable)
+                         reliable=args.reliable, secret_file=args.secret_file, ca_file=args.ca_file,
+                         cert_file=args.cert_file, key_file=args.key_file)
     try:
         client.connect()
         # What the runner expects from us. Our server describes it in plain

@@ -47,6 +47,9 @@ logger = logging.getLogger("rlinks_rllib.server")
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 
+#: How long a repeated ``sample()`` waits during the grace period (see ``extend_after_s``).
+_GRACE_POLL_S = 0.05
+
 
 def _is_on_policy(config: Any) -> bool:
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -85,7 +88,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         # train batch, at least one rollout fragment.
         runners = max(1, int(self.config.num_env_runners or 0))
         self._update_steps = max(self._target_steps, -(-int(self.config.total_train_batch_size) // runners))
-        self._sampled_since_weights = False
+        self._steps_since_weights = 0
+        self._share_done_at = 0.0
 
         self.server: Optional[RLinkServer] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
@@ -141,16 +145,28 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         ``sample_wait_fraction`` of RLlib's ``sample_timeout_s`` has passed,
         then returns what it holds: Ray never abandons the call, so no batch is
         thrown away. Steps beyond the share wait for the next call.
+
+        The batches returned are confirmed (``ACK``) to clients that speak
+        the ``ack`` extension; see ``docs/SECURITY.md`` for what that guarantees.
         """
         if self.server is None:
             return []
-        if self.on_policy and self._sampled_since_weights:
-            # Called again before new weights: the learner needs more than
-            # this runner's share. Clients waiting for weights go on with the
-            # current ones.
-            self.server.extend_update(self._target_steps)
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
-        batches = self.server.inbox.take(self._target_steps, timeout_s * self.settings.sample_wait_fraction)
+        wait_s = timeout_s * self.settings.sample_wait_fraction
+        if self.on_policy and self._steps_since_weights >= self._update_steps:
+            # Called again before new weights although this runner handed over
+            # its whole share: another runner is still short, or the learner
+            # needs more than this runner's share. Give the
+            # others a grace period first; asking our clients for more now
+            # would leave surplus steps that reach the next update with lag 1.
+            # Meanwhile answer quickly, so that RLlib's round (which waits for
+            # every runner) ends as soon as the short runner delivers.
+            waited = time.monotonic() - self._share_done_at
+            if waited < self.settings.extend_after_s:
+                wait_s = min(wait_s, _GRACE_POLL_S)
+            else:
+                self.server.extend_update(self._target_steps)
+        batches = self.server.inbox.take(self._target_steps, wait_s)
         episodes = []
         steps = 0
         done = 0
@@ -167,7 +183,14 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                     log_episode(self.metrics, *finished, window=self.config.metrics_num_episodes_for_smoothing)
             episodes.extend(batch.episodes)
             steps += batch.steps
-        self._sampled_since_weights = self._sampled_since_weights or steps > 0
+        before = self._steps_since_weights
+        self._steps_since_weights += steps
+        if before < self._update_steps <= self._steps_since_weights:
+            self._share_done_at = time.monotonic()
+        # Confirmed only now that RLlib has them (dropped stale ones too: they
+        # were dealt with). What is still in the inbox is not confirmed, and
+        # a client resends it if this runner dies first.
+        self.server.confirm(batches)
         log_sampled(self.metrics, steps, done)
         self.num_env_steps_sampled_lifetime += steps
         return episodes
@@ -243,7 +266,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self._weights_seq_no = seq_no or self._weights_seq_no
         elif seq_no:
             self._weights_seq_no = seq_no
-            self._sampled_since_weights = False
+            self._steps_since_weights = 0
             self.server.publish_weights(self._module_params(), seq_no)
         else:
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
