@@ -59,8 +59,9 @@ def _client_parser(sub) -> None:
 
 
 def _endpoints_parser(sub) -> None:
-    p = sub.add_parser("endpoints", help="print every runner's address from a learner's output folder")
-    p.add_argument("output", nargs="?", default="runs/latest", help="the learner's --output folder")
+    p = sub.add_parser("endpoints", help="print every runner's address (ask a learner's directory, or read its output)")
+    p.add_argument("output", nargs="?", default="runs/latest",
+                   help="the learner's directory HOST:PORT, or its --output folder")
 
 
 def _demo_parser(sub) -> None:
@@ -110,6 +111,8 @@ def _client(args) -> int:
 
 
 def _endpoints(args) -> int:
+    if ":" in args.output and not Path(args.output).exists():
+        return _endpoints_from_directory(args.output)
     path = Path(args.output) / "endpoints.json"
     try:
         endpoints = json.loads(path.read_text())
@@ -122,17 +125,53 @@ def _endpoints(args) -> int:
     return 0
 
 
+def _endpoints_from_directory(address: str) -> int:
+    """Ask a running learner's directory (HOST:PORT) for its runners."""
+    import socket
+
+    from .client.address import parse_address
+    from .protocol import FrameDecoder, encode_message, make_offer
+
+    target = parse_address(address)
+    try:
+        with socket.create_connection((target.host, target.port), timeout=10) as sock:
+            sock.settimeout(10)
+            decoder = FrameDecoder(1 << 20)
+            sock.sendall(encode_message({"type": "PING", "rlinks": make_offer(["endpoints"])}))
+            sock.sendall(encode_message({"type": "GET_ENDPOINTS"}))
+            replies: list = []
+            while len(replies) < 2:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                replies += decoder.feed(data)
+    except OSError as exc:
+        print(f"rlinks endpoints: cannot ask {address}: {exc}", file=sys.stderr)
+        return 1
+    endpoints = next((r["endpoints"] for r in replies if r["type"] == "ENDPOINTS"), None)
+    if endpoints is None:
+        print(f"rlinks endpoints: {address} is not an rlinks directory", file=sys.stderr)
+        return 1
+    for entry in endpoints:
+        print(f"runner {entry['worker_index']}: {entry['host']}:{entry['port']} ({entry['clients']} clients)")
+    return 0
+
+
 def _demo(args) -> int:
     from .training.clients import DEFAULT_SCRIPT, ClientProcesses
     from .training.learner import LearnerOptions, run_learner
 
     groups: list[ClientProcesses] = []
 
-    def start_clients(addresses: list[tuple[int, str, int]]) -> None:
-        targets = [f"{host}:{port}" for _, host, port in addresses]
-        spread = [targets[i % len(targets)] for i in range(DEMO_CLIENTS)]
-        print(f"starting {DEMO_CLIENTS} dummy CartPole clients: {', '.join(spread)}")
-        groups.append(ClientProcesses(DEFAULT_SCRIPT, spread))
+    def start_clients(addresses: list[tuple[int, str, int]], directory: tuple[str, int] | None) -> None:
+        if directory is not None:
+            # Every client gets the one address; the directory spreads them over the runners.
+            targets = [f"{directory[0]}:{directory[1]}"] * DEMO_CLIENTS
+        else:
+            runners = [f"{host}:{port}" for _, host, port in addresses]
+            targets = [runners[i % len(runners)] for i in range(DEMO_CLIENTS)]
+        print(f"starting {DEMO_CLIENTS} dummy CartPole clients against {', '.join(sorted(set(targets)))}")
+        groups.append(ClientProcesses(DEFAULT_SCRIPT, targets))
 
     try:
         code = run_learner(

@@ -83,9 +83,13 @@ def test_learner_and_clients_with_two_cpu_learners(tmp_path):
             time.sleep(0.5)
         endpoints = rlinks("endpoints", str(output))
         assert endpoints.returncode == 0 and "runner 1: 127.0.0.1:" in endpoints.stdout
-        (entry,) = json.loads((output / "endpoints.json").read_text())
+        # The one address: the learner's directory, which sends clients on to a runner.
+        directory = json.loads((output / "directory.json").read_text())
+        one_address = f"{directory['host']}:{directory['port']}"
+        live = rlinks("endpoints", one_address)
+        assert live.returncode == 0 and "runner 1: 127.0.0.1:" in live.stdout, live.stderr
         clients = subprocess.Popen(
-            [*RLINKS, "client", "--address", f"{entry['host']}:{entry['port']}", "-n", "2"],
+            [*RLINKS, "client", "--address", one_address, "-n", "2"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         out, _ = learner.communicate(timeout=300)

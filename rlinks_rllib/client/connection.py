@@ -90,7 +90,7 @@ from .errors import (
 __all__ = ["RLinkClient", "WeightsUpdate", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
 
 #: What the client offers in its PING unless told otherwise.
-DEFAULT_EXTENSIONS = (Extension.WANT_STEPS.value, Extension.ACK.value)
+DEFAULT_EXTENSIONS = (Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value)
 
 #: The ``ERROR`` code after which reliable mode reconnects instead of raising.
 _RECONNECT_CODES = frozenset({"shutting_down"})
@@ -274,7 +274,13 @@ class RLinkClient:
         tls_server_name: Optional[str] = None,
     ) -> None:
         self.address: Address = parse_address(address)
+        #: The address given; if it turns out to be a directory, every
+        #: (re)connect asks it again which runner to use.
+        self.given_address: Address = self.address
+        self._is_directory = False
+        self._uses_directory = False
         self._ssl_context = _check_transport(self.address, ca_file, cert_file, key_file, tls_server_name)
+        self._tls_server_name_given = tls_server_name
         self._tls_server_name = tls_server_name or self.address.host
         if secret is not None and secret_file is not None:
             raise ValueError("pass secret or secret_file, not both")
@@ -633,9 +639,12 @@ class RLinkClient:
             if attempt:
                 self._sleep(backoff_delay(attempt - 1, self.backoff_initial, self.backoff_cap, self._rng))
             self._check_open()
+            if self._uses_directory:
+                self.address = self.given_address
             try:
                 self._open()
                 self._handshake()
+                self._via_directory()
                 if self._handshaken:
                     self._counters.reconnects += 1
                 self._handshaken = True
@@ -662,6 +671,41 @@ class RLinkClient:
             f"could not connect to {self.address} after {self.retry_attempts} attempt(s): {last}; "
             "is the learner running and is the port right?"
         ) from last
+
+    def _via_directory(self) -> None:
+        """If we reached a directory, ask it for the runners and connect to the first that answers.
+
+        Runners come least-loaded first; one that refuses or fails its
+        handshake is skipped, so a client finds a live runner on its own.
+
+        Raises:
+            ConnectionLost: the directory lists no runner, or none answered.
+        """
+        if not self._is_directory:
+            return
+        self._uses_directory = True
+        self._send_message({"type": MessageType.GET_ENDPOINTS.value}, "GET_ENDPOINTS")
+        reply = self._await(MessageType.ENDPOINTS, "ENDPOINTS (from the directory)")
+        self._discard_connection()
+        tried: list[str] = []
+        for entry in reply["endpoints"]:
+            if not (isinstance(entry, dict) and type(entry.get("host")) is str and type(entry.get("port")) is int):
+                continue
+            self.address = Address(entry["host"], entry["port"], self.given_address.tls)
+            self._tls_server_name = self._tls_server_name_given or entry["host"]
+            try:
+                self._open()
+                self._handshake()
+            except (OSError, ConnectionLost) as exc:
+                tried.append(f"{self.address} ({exc})")
+                self._discard_connection()
+                continue
+            self._log.info("directory %s sent us to runner %s", self.given_address, self.address)
+            return
+        raise ConnectionLost(
+            f"the directory at {self.given_address} lists no runner that answers"
+            + (f": {'; '.join(tried)}" if tried else " yet")
+        )
 
     def _open(self) -> None:
         sock = socket.create_connection((self.address.host, self.address.port), timeout=self.connect_timeout)
@@ -699,7 +743,8 @@ class RLinkClient:
             self._plain = server_offer is None
             self._agreed = negotiate(server_offer, offered)
             self._server_agent = "" if server_offer is None else server_offer.agent
-            if auth is not None:
+            self._is_directory = server_offer is not None and server_offer.extra.get("role") == "directory"
+            if auth is not None and not self._is_directory:
                 self._authenticate(auth, server_offer)
         finally:
             self._in_handshake = False

@@ -46,6 +46,9 @@ class Extension(str, enum.Enum):
     ACK = "ack"
     #: Challenge and response over a shared secret before anything else (see :mod:`.auth`).
     AUTH = "auth"
+    #: The peer is a directory (PONG offer ``"role": "directory"``) that answers
+    #: GET_ENDPOINTS with the runners to connect to, least-loaded first.
+    ENDPOINTS = "endpoints"
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,10 @@ class MessageType(str, enum.Enum):
     AUTH = "AUTH"
     #: Server -> client: the proof accepted, and the server's own proof.
     AUTH_OK = "AUTH_OK"
+    #: Client -> directory: which runners are there? (``endpoints`` extension)
+    GET_ENDPOINTS = "GET_ENDPOINTS"
+    #: Directory -> client: every runner, least-loaded first.
+    ENDPOINTS = "ENDPOINTS"
 
     def __str__(self) -> str:
         return self.value
@@ -99,6 +103,8 @@ _REQUIRED: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.ACK: {"seq": (int,)},
     MessageType.AUTH: {"proof": (bytes,)},
     MessageType.AUTH_OK: {"proof": (bytes,)},
+    MessageType.GET_ENDPOINTS: {},
+    MessageType.ENDPOINTS: {"endpoints": (list,)},
 }
 _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},

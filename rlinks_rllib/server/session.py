@@ -80,7 +80,7 @@ class SessionState(enum.Enum):
 
 _SERVER_TO_CLIENT = frozenset(
     {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK,
-     MessageType.AUTH_OK}
+     MessageType.AUTH_OK, MessageType.ENDPOINTS}
 )
 _HANDSHAKING = frozenset({SessionState.HANDSHAKE, SessionState.AUTH})
 
@@ -184,8 +184,12 @@ class Session(asyncio.BufferedProtocol):
         """Send ``ERROR`` and close: the client did something we can't accept."""
         if self.state is SessionState.CLOSED:
             return
-        self.server.stats.count_error(code)
-        self._log_close(f"ERROR {code}: {reason}", level=logging.WARNING)
+        if code == "shutting_down":
+            # The normal end of a run: the client is told, nothing went wrong.
+            self._log_close(f"{reason}")
+        else:
+            self.server.stats.count_error(code)
+            self._log_close(f"ERROR {code}: {reason}", level=logging.WARNING)
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(encode_message(msgs.error(code, reason[:1000])))
@@ -265,6 +269,8 @@ class Session(asyncio.BufferedProtocol):
             self._on_episodes(message, on_policy=False)
         elif kind is MessageType.EPISODES_AND_GET_STATE:
             self._on_episodes(message, on_policy=True)
+        else:
+            raise UnsupportedMessage(f"{kind.value} is not something a runner answers")
 
     def _on_first_ping(self, message: dict[str, Any]) -> None:
         offer = parse_offer(message)

@@ -81,19 +81,41 @@ def _init_ray(config) -> None:
                  num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)))
 
 
-def _clients_connected(algo) -> int:
+def _clients_per_runner(algo) -> dict[int, int]:
+    """Connected clients by worker index, for the live view and the directory."""
     group = algo.env_runner_group
     if group.num_remote_env_runners() == 0:
-        stats = [group.local_env_runner.get_transport_stats()]
-    else:
-        stats = group.foreach_env_runner(lambda r: r.get_transport_stats(), local_env_runner=False)
-    return sum(s.get("clients_connected", 0) for s in stats)
+        local = group.local_env_runner
+        return {local.worker_index: local.get_transport_stats().get("clients_connected", 0)}
+    found = group.foreach_env_runner(
+        lambda r: (r.worker_index, r.get_transport_stats().get("clients_connected", 0)), local_env_runner=False
+    )
+    return dict(found)
+
+
+def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Callable[[str], None]):
+    """The one address for simulators, on the base port, when there are remote runners."""
+    from ..server.directory import Directory, Endpoint
+
+    if algo.env_runner_group.num_remote_env_runners() == 0:
+        return None
+    settings = algo.config.env_config
+    directory = Directory(settings.get("host", "127.0.0.1"), int(settings.get("port", 0))).start()
+    directory.update([Endpoint(i, h, p) for i, h, p in addresses])
+    host, port = directory.address
+    if host in ("0.0.0.0", "::"):
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    directory.public_address = (host, port)
+    print_fn(f"simulators connect to {host}:{port} (picks the least-loaded runner), or to a runner directly:")
+    return directory
 
 
 def run_learner(
     opts: LearnerOptions,
     *,
-    on_ready: Optional[Callable[[list[tuple[int, str, int]]], None]] = None,
+    on_ready: Optional[Callable[[list[tuple[int, str, int]], Optional[tuple[str, int]]], None]] = None,
     print_fn: Callable[[str], None] = print,
 ) -> int:
     """Train until the stop reward or the iteration cap; write checkpoint, CSV and curve.
@@ -101,7 +123,8 @@ def run_learner(
     Args:
         opts: what to run.
         on_ready: called with every runner's ``(worker_index, host, port)``
-            once they listen (the demo starts its clients there).
+            and the directory's ``(host, port)`` (``None`` without remote
+            runners) once they listen; the demo starts its clients there.
         print_fn: where the live view goes.
 
     Raises:
@@ -118,25 +141,36 @@ def run_learner(
 
     _init_ray(config)
     algo = config.build_algo()
+    directory = None
     try:
         if opts.resume:
             algo.restore_from_path(str(Path(opts.resume).resolve()))
             print_fn(f"resumed from {opts.resume}")
         addresses = runner_addresses(algo)
+        print_fn(f"{spec.algorithm} learner ready")
+        directory = _start_directory(algo, addresses, print_fn)
+        from ..server.directory import Endpoint
+        if directory is None:
+            print_fn("simulators connect to:")
         (output / "endpoints.json").write_text(json.dumps(
             [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses], indent=2))
-        print_fn(f"{spec.algorithm} learner ready; simulators connect to:")
+        if directory is not None:
+            host, port = directory.public_address
+            (output / "directory.json").write_text(json.dumps({"host": host, "port": port}))
         for index, host, port in addresses:
             print_fn(f"  runner {index}: {host}:{port}")
         if on_ready is not None:
-            on_ready(addresses)
+            on_ready(addresses, directory.public_address if directory is not None else None)
 
         rows: list[dict] = []
         started = time.monotonic()
         reached = stop_reward is None
         for iteration in range(1, stop_iters + 1):
             result = algo.train()
-            row = row_from_result(result, time_s=time.monotonic() - started, clients=_clients_connected(algo),
+            clients = _clients_per_runner(algo)
+            if directory is not None:
+                directory.update([Endpoint(i, h, p, clients.get(i, 0)) for i, h, p in addresses])
+            row = row_from_result(result, time_s=time.monotonic() - started, clients=sum(clients.values()),
                                   previous=rows[-1] if rows else None)
             rows.append(row)
             print_fn(format_row(row))
@@ -159,4 +193,6 @@ def run_learner(
                  f"results in {output}")
         return EXIT_TARGET_MISSED
     finally:
+        if directory is not None:
+            directory.stop()
         algo.stop()
