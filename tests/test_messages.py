@@ -66,6 +66,8 @@ FULL = {
     MessageType.ACK: {"type": "ACK", "seq": 4},
     MessageType.AUTH: {"type": "AUTH", "proof": b"\x01" * 32},
     MessageType.AUTH_OK: {"type": "AUTH_OK", "proof": b"\x02" * 32},
+    MessageType.GET_ENDPOINTS: {"type": "GET_ENDPOINTS"},
+    MessageType.ENDPOINTS: {"type": "ENDPOINTS", "endpoints": [{"worker_index": 1, "host": "127.0.0.1", "port": 5556, "clients": 0}]},
 }
 CURRENT = [t for t in MessageType if t not in OLD_API_TYPES]
 
@@ -80,7 +82,7 @@ def test_names_match_rllibs_enum():
 
     rllib = {m.value for m in RLlink if isinstance(m.value, str)}
     ours = {t.value for t in MessageType}
-    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK"}
+    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS"}
     assert rllib <= ours
 
 
@@ -268,7 +270,7 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack", "auth"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints"}
 
 
 @pytest.mark.parametrize(
