@@ -76,6 +76,27 @@ def rllib_client_cmd(port: int) -> list[str]:
     return [sys.executable, "-c", RLLIB_CLIENT_CODE, str(port)]
 
 
+def wait_for_clients(algo, per_runner: int, timeout: float = 60.0) -> None:
+    """Block until every remote runner has ``per_runner`` clients past their handshake.
+
+    Simulators that start at different times are normal, but a test that
+    checks the policy lag must not count start-up: a runner whose clients are
+    still starting makes the other runner collect extra steps (see
+    ``extend_after_s``), which then reach the next update with lag 1.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = algo.env_runner_group.foreach_env_runner(
+            lambda r: r.get_transport_stats()["clients_connected"], local_env_runner=False)
+        if all(c >= per_runner for c in counts):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"clients connected per runner: {counts}, wanted {per_runner}")
+        time.sleep(0.2)
+
+
 def train(algo, iterations: int, stop_return: float | None = None) -> list[dict]:
     """Train up to ``iterations`` times (or until ``stop_return``); return the results."""
     results = []

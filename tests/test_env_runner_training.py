@@ -15,6 +15,7 @@ from harness import (
     rllib_client_cmd,
     running,
     train,
+    wait_for_clients,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -28,6 +29,7 @@ def test_ppo_two_runners_two_clients_each_reaches_150(ray_local):
         assert [index for index, _, _ in addresses] == [1, 2]
         commands = [dummy_client_cmd(host, port) for _, host, port in addresses for _ in range(2)]
         with processes(commands):
+            wait_for_clients(algo, 2)
             results = train(algo, 40, stop_return=150)
     assert episode_return(results[-1]) >= 150, [episode_return(r) for r in results]
     lags = [rlinks_metrics(r).get("policy_lag_max", 0) for r in results]
@@ -68,6 +70,7 @@ def test_eight_of_our_clients_on_one_runner_keep_lag_zero_and_lose_nothing(ray_l
     with running(ppo_config(num_env_runners=1).build_algo()) as algo:
         (_, host, port), = runner_addresses(algo)
         with processes([dummy_client_cmd(host, port) for _ in range(8)]):
+            wait_for_clients(algo, 8)
             results = train(algo, 5)
             stats = algo.env_runner_group.foreach_env_runner(lambda r: r.get_transport_stats(),
                                                              local_env_runner=False)[0]

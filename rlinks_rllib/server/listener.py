@@ -456,9 +456,15 @@ class RLinkServer:
                 code="limit_exceeded",
             )
         episodes, steps = self._ingest(wire_episodes)
-        batch = SeqBatch(episodes, steps, session.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
         if seq is not None:
             self._mark_held(session.client_id, seq)
+        if steps == 0:
+            # Nothing to train on (a client asking for work with want_steps 0):
+            # nothing to queue, and nothing that could be lost, so confirm now.
+            if seq is not None:
+                self._confirm([(session.client_id, seq, 0)])
+            return 0
+        batch = SeqBatch(episodes, steps, session.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
         if self.inbox.put(batch):
             for other in self._sessions:
                 if other.state in (SessionState.READY, SessionState.PARKED):

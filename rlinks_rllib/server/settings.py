@@ -98,7 +98,7 @@ class RLinkSettings:
     inbox_max_steps: int = 1_000_000
     inbox_max_bytes: int = 1024 * 1024 * 1024
     sample_wait_fraction: float = 0.75
-    extend_after_s: float = 2.0
+    extend_after_s: float = 5.0
     drop_stale_steps: bool = False
     max_write_buffer_bytes: int = 256 * 1024 * 1024
     auth: str = "auto"
