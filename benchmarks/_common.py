@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import statistics
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -44,16 +45,24 @@ SOCKET_TIMEOUT_S = 20.0
 
 IMAGE_SHAPE = (480, 640, 3)
 
+#: ``seq`` written into a numbered frame before its real value is patched in: at
+#: least 2**32, so msgpack gives it the fixed-width uint64 form (0xcf + 8 bytes).
+SEQ_PLACEHOLDER = 0xFEED_FACE_CAFE_BEEF
+_UINT64 = struct.Struct(">Q")
+
 __all__ = [
     "IMAGE_SHAPE",
     "LOOPBACK",
     "MB",
     "REPO",
+    "SEQ_PLACEHOLDER",
     "SOCKET_TIMEOUT_S",
     "Payload",
     "cartpole_batch",
     "cartpole_payloads",
     "image_payload",
+    "make_test_certificates",
+    "set_seq",
     "median",
     "median_ratio",
     "print_table",
@@ -143,16 +152,56 @@ def read_frame(sock: socket.socket, max_bytes: int = 1 << 27) -> bytearray:
 
 @dataclass(frozen=True)
 class Payload:
-    """One pre-built frame and what it carries."""
+    """One pre-built frame and what it carries.
+
+    ``seq_offset``: where the 8 bytes of its ``seq`` value lie in ``frame``, for
+    a frame built with ``seq=True`` (see :func:`set_seq`); ``None`` otherwise.
+    """
 
     name: str
     frame: bytes
     steps: int
     episodes: int
+    seq_offset: int | None = None
 
     @property
     def bytes_per_step(self) -> float:
         return len(self.frame) / self.steps
+
+
+def _numbered(message: dict) -> tuple[bytes, int]:
+    """``message`` with ``seq`` = :data:`SEQ_PLACEHOLDER`, encoded; and where that value's 8 bytes lie.
+
+    Raises:
+        ValueError: the placeholder's bytes are not found exactly once.
+    """
+    frame = encode_message({**message, "seq": SEQ_PLACEHOLDER})
+    marker = b"\xcf" + _UINT64.pack(SEQ_PLACEHOLDER)
+    at = frame.find(marker)
+    if at < 0 or frame.find(marker, at + 1) >= 0:
+        raise ValueError("the seq placeholder is not in the frame exactly once")
+    return frame, at + 1
+
+
+def set_seq(frame: bytearray, offset: int, seq: int) -> None:
+    """Write ``seq`` over the uint64 at ``offset`` of a numbered frame (a :class:`Payload`'s ``seq_offset``)."""
+    _UINT64.pack_into(frame, offset, seq)
+
+
+def make_test_certificates(directory: Path) -> dict[str, str]:
+    """A CA and a server certificate for localhost/127.0.0.1: ``tests/test_auth_tls.py::make_certificates``.
+
+    Returns paths by name (``ca``, ``server``, ``server_key``, ...).
+
+    Raises:
+        subprocess.CalledProcessError: openssl failed.
+    """
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from test_auth_tls import make_certificates
+
+    return make_certificates(directory)
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -210,21 +259,29 @@ def cartpole_batch(
 
 
 def cartpole_payloads(
-    steps: int, seed: int = 0, kind: str = "EPISODES", episode_steps: int | None = None
+    steps: int, seed: int = 0, kind: str = "EPISODES", episode_steps: int | None = None, seq: bool = False
 ) -> tuple[Payload, Payload]:
-    """One :func:`cartpole_batch` as two frames: (RLlib's dummy client's bytes, our client's bytes)."""
+    """One :func:`cartpole_batch` as two frames: (RLlib's dummy client's bytes, our client's bytes).
+
+    With ``seq``, our client's frame carries a ``seq`` to patch per send (:func:`set_seq`).
+    """
     theirs, ours = cartpole_batch(steps, seed, episode_steps)
     rllib_message = {"type": kind, "episodes": [e.get_state() for e in theirs], "timesteps": steps}
     ours_message = {"type": kind, "episodes": ours, "timesteps": steps}
     episodes = "" if episode_steps is None else f", {episode_steps}-step episodes"
+    ours_frame, seq_offset = _numbered(ours_message) if seq else (encode_message(ours_message), None)
+    numbered = ", numbered (seq)" if seq else ""
     return (
         Payload(f"cartpole{episodes}, RLlib dummy-client format", rllib_frame(rllib_message), steps, len(theirs)),
-        Payload(f"cartpole{episodes}, our client's format", encode_message(ours_message), steps, len(ours)),
+        Payload(f"cartpole{episodes}, our client's format{numbered}", ours_frame, steps, len(ours), seq_offset),
     )
 
 
-def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES") -> Payload:
-    """One chunk of ``steps`` steps with uint8 480x640x3 observations, in our client's format."""
+def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES", seq: bool = False) -> Payload:
+    """One chunk of ``steps`` steps with uint8 480x640x3 observations, in our client's format.
+
+    With ``seq``, the frame carries a ``seq`` to patch per send (:func:`set_seq`).
+    """
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 256, size=(steps + 1, *IMAGE_SHAPE), dtype=np.uint8)
     logits = rng.standard_normal((steps, 2)).astype(np.float32)
@@ -237,8 +294,11 @@ def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES") -> Payload:
         start_time=0.0,
         last_step_time=1.0,
     )
-    frame = encode_message({"type": kind, "episodes": [state], "timesteps": steps})
-    return Payload(f"{steps} steps of uint8 {'x'.join(map(str, IMAGE_SHAPE))} images, our format", frame, steps, 1)
+    message = {"type": kind, "episodes": [state], "timesteps": steps}
+    frame, seq_offset = _numbered(message) if seq else (encode_message(message), None)
+    numbered = ", numbered (seq)" if seq else ""
+    name = f"{steps} steps of uint8 {'x'.join(map(str, IMAGE_SHAPE))} images, our format{numbered}"
+    return Payload(name, frame, steps, 1, seq_offset)
 
 
 # --------------------------------------------------------------------------

@@ -26,7 +26,13 @@ e. a raw loopback TCP socket moving the same image frames (one sender
    again with 4 senders, as in (d), for reference;
 f. (a), (b) and (c) with 1 client again, but with 500-step episodes instead
    of CartPole's ~22 under a random policy: how much of the cost is per
-   episode rather than per step.
+   episode rather than per step;
+g. the cost of TLS and of confirmations: (c) with 4 clients and (d) again,
+   once over TLS (certificates from ``tests/test_auth_tls.py``, made per run)
+   and once with the ``ack`` extension: each sender offers ``ack`` with its
+   own ``client_id``, numbers its frames with an increasing ``seq`` (patched
+   into the pre-built frame, 10 bytes more than the plain one) and reads and
+   drops the ACKs without waiting for them. Compared with the plain cases.
 
 Each CartPole message holds 500 steps; our runner's ``sample()`` waits for
 4,000 (its ``rollout_fragment_length``; PPO's default batch with one runner),
@@ -46,9 +52,12 @@ import argparse
 import logging
 import multiprocessing as mp
 import os
+import select
 import selectors
 import socket
+import ssl
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,20 +73,26 @@ from _common import (  # noqa: E402
     cartpole_payloads,
     image_payload,
     kill_group,
+    make_test_certificates,
     median,
     median_ratio,
     now,
     print_table,
     read_frame,
     rllib_frame,
+    set_seq,
     stop_process,
     stop_processes,
 )
+from rlinks_rllib.protocol import Extension, encode_message, make_offer  # noqa: E402
+from rlinks_rllib.protocol.extensions import RLINKS_KEY  # noqa: E402
 
 CARTPOLE_STEPS_PER_MESSAGE = 500
 IMAGE_STEPS_PER_MESSAGE = 16
 CLIENT_COUNTS = (1, 4, 16, 64)
 IMAGE_CLIENTS = 4
+#: Clients of the TLS and ACK cases (compared with the plain case of as many clients).
+TRANSPORT_CLIENTS = 4
 #: Steps one sample() call of our runner waits for (its rollout_fragment_length):
 #: PPO's default train_batch_size with one runner, so one sample() per iteration.
 CARTPOLE_FRAGMENT = 4000
@@ -86,14 +101,18 @@ IMAGE_FRAGMENT = 64
 SAMPLE_TIMEOUT_S = 4.0
 #: Extra seconds a case process gets beyond warmup + window before it is killed.
 CASE_SLACK_S = 60.0
+#: Reads one ACK-draining pass may make before the sender writes again.
+DRAIN_MAX_READS = 64
+DRAIN_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
 class Case:
     key: str
     server: str  # "rllib", "ours" or "raw"
-    payload: str  # a key of payloads(): "rllib", "stacked", "rllib-long", "stacked-long", "images"
+    payload: str  # a key of payloads(): "rllib", "stacked", "rllib-long", "stacked-long", "images", "*-seq"
     clients: int
+    transport: str = "plain"  # "plain", "tls" (ours only) or "ack" (ours only, a "*-seq" payload)
 
     @property
     def label(self) -> str:
@@ -103,9 +122,10 @@ class Case:
             "rllib-long": "500-step episodes, RLlib's format",
             "stacked-long": "500-step episodes, our format",
             "images": "images uint8 480x640x3, our format",
-        }[self.payload]
+        }[self.payload.removesuffix("-seq")]
         who = {"rllib": "RLlib server", "ours": "ours", "raw": "raw socket"}[self.server]
-        return f"{who}: {what}"
+        how = {"plain": "", "tls": ", TLS", "ack": ", ACK"}[self.transport]
+        return f"{who}: {what}{how}"
 
 
 @dataclass(frozen=True)
@@ -115,10 +135,17 @@ class Timing:
 
 
 def cases() -> list[Case]:
+    # The TLS and ACK cases run right after their plain case, so drift between them stays small.
     out = [Case("rllib", "rllib", "rllib", 1)]
     out += [Case(f"ours-same-{n}", "ours", "rllib", n) for n in CLIENT_COUNTS]
-    out += [Case(f"ours-stacked-{n}", "ours", "stacked", n) for n in CLIENT_COUNTS]
+    for n in CLIENT_COUNTS:
+        out.append(Case(f"ours-stacked-{n}", "ours", "stacked", n))
+        if n == TRANSPORT_CLIENTS:
+            out.append(Case(f"ours-stacked-{n}-tls", "ours", "stacked", n, "tls"))
+            out.append(Case(f"ours-stacked-{n}-ack", "ours", "stacked-seq", n, "ack"))
     out.append(Case("ours-images", "ours", "images", IMAGE_CLIENTS))
+    out.append(Case("ours-images-tls", "ours", "images", IMAGE_CLIENTS, "tls"))
+    out.append(Case("ours-images-ack", "ours", "images-seq", IMAGE_CLIENTS, "ack"))
     out.append(Case("raw-images", "raw", "images", 1))
     out.append(Case("raw-images-4", "raw", "images", IMAGE_CLIENTS))
     out.append(Case("rllib-long", "rllib", "rllib-long", 1))
@@ -129,9 +156,11 @@ def cases() -> list[Case]:
 
 def payloads() -> dict[str, Payload]:
     rllib_format, our_format = cartpole_payloads(CARTPOLE_STEPS_PER_MESSAGE)
+    _, numbered = cartpole_payloads(CARTPOLE_STEPS_PER_MESSAGE, seq=True)
     rllib_long, our_long = cartpole_payloads(CARTPOLE_STEPS_PER_MESSAGE, episode_steps=CARTPOLE_STEPS_PER_MESSAGE)
-    return {"rllib": rllib_format, "stacked": our_format, "rllib-long": rllib_long, "stacked-long": our_long,
-            "images": image_payload(IMAGE_STEPS_PER_MESSAGE)}
+    return {"rllib": rllib_format, "stacked": our_format, "stacked-seq": numbered, "rllib-long": rllib_long,
+            "stacked-long": our_long, "images": image_payload(IMAGE_STEPS_PER_MESSAGE),
+            "images-seq": image_payload(IMAGE_STEPS_PER_MESSAGE, seq=True)}
 
 
 # --------------------------------------------------------------------------
@@ -140,8 +169,41 @@ def payloads() -> dict[str, Payload]:
 _PING = rllib_frame({"type": "PING"})
 
 
-def _sender(frame: bytes, handshake: bool, port, go, stop) -> None:
-    """Connect, PING (if ``handshake``), then write ``frame`` until told to stop or cut off."""
+@dataclass(frozen=True)
+class Sender:
+    """What one sender process sends, and how.
+
+    ``ping``: the handshake's first frame (``None``: no handshake, raw socket);
+    ``ca_file``: speak TLS, trusting this CA; ``seq_offset``: number each
+    frame there (:func:`set_seq`) and drain the ACKs that come back.
+    """
+
+    frame: bytes
+    ping: bytes | None
+    ca_file: str = ""
+    seq_offset: int | None = None
+
+
+def _ack_ping(client_id: str) -> bytes:
+    return encode_message({"type": "PING", RLINKS_KEY: make_offer([Extension.ACK], client_id=client_id)})
+
+
+def _drain(sock: socket.socket) -> None:
+    """Read and drop what the runner sent (ACKs) without waiting for more.
+
+    Raises:
+        ConnectionError: the runner closed the connection.
+    """
+    for _ in range(DRAIN_MAX_READS):
+        buffered = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        if not buffered and not select.select([sock], [], [], 0)[0]:
+            return
+        if not sock.recv(DRAIN_CHUNK):
+            raise ConnectionError("the runner closed the connection")
+
+
+def _sender(plan: Sender, port, go, stop) -> None:
+    """Connect, PING (unless raw), then write the frame until told to stop or cut off."""
     if not go.wait(SOCKET_TIMEOUT_S):
         return
     sock = None
@@ -154,11 +216,21 @@ def _sender(frame: bytes, handshake: bool, port, go, stop) -> None:
                 time.sleep(0.05)  # RLlib's listener may not be listening yet
         if sock is None:
             return
-        if handshake:
-            sock.sendall(_PING)
+        if plan.ca_file:
+            sock = ssl.create_default_context(cafile=plan.ca_file).wrap_socket(sock, server_hostname="localhost")
+        if plan.ping is not None:
+            sock.sendall(plan.ping)
             read_frame(sock)
+        if plan.seq_offset is None:
+            while not stop.is_set():
+                sock.sendall(plan.frame)
+            return
+        frame, seq = bytearray(plan.frame), 0
         while not stop.is_set():
+            seq += 1
+            set_seq(frame, plan.seq_offset, seq)
             sock.sendall(frame)
+            _drain(sock)
     except (OSError, ConnectionError):
         pass  # the server closed the connection: the case is over
     finally:
@@ -170,12 +242,12 @@ def _sender(frame: bytes, handshake: bool, port, go, stop) -> None:
 # One run of one case, in its own process
 
 
-def _ppo_config(payload_kind: str):
+def _ppo_config(payload_kind: str, settings: dict):
     import gymnasium as gym
     import numpy as np
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    if payload_kind == "images":
+    if payload_kind.startswith("images"):
         obs = gym.spaces.Box(0, 255, IMAGE_SHAPE, np.uint8)
         fragment = IMAGE_FRAGMENT
         # RLlib has no default CNN for 480x640; the runner only holds weights, so keep it tiny.
@@ -186,7 +258,8 @@ def _ppo_config(payload_kind: str):
         model = {}
     return (
         PPOConfig()
-        .environment(observation_space=obs, action_space=gym.spaces.Discrete(2), env_config={"port": 0})
+        .environment(observation_space=obs, action_space=gym.spaces.Discrete(2),
+                     env_config={"port": 0, **settings})
         .env_runners(num_env_runners=0, rollout_fragment_length=fragment, sample_timeout_s=SAMPLE_TIMEOUT_S)
         .rl_module(model_config=model)
     )
@@ -267,15 +340,25 @@ def _quiet() -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
 
 
-def _case_main(case: Case, payload: Payload, timing: Timing, result) -> None:
+def _sender_plans(case: Case, payload: Payload, certs: dict[str, str] | None) -> list[Sender]:
+    if case.server == "raw":
+        return [Sender(payload.frame, None)] * case.clients
+    if case.transport == "tls":
+        return [Sender(payload.frame, _PING, ca_file=certs["ca"])] * case.clients
+    if case.transport == "ack":
+        return [Sender(payload.frame, _ack_ping(f"bench-{i}"), seq_offset=payload.seq_offset)
+                for i in range(case.clients)]
+    return [Sender(payload.frame, _PING)] * case.clients
+
+
+def _case_main(case: Case, payload: Payload, timing: Timing, certs: dict[str, str] | None, result) -> None:
     os.setpgid(0, 0)  # our senders join this group, so the parent can end them all at once
     _quiet()
     ctx = mp.get_context("fork")
     port = ctx.Value("i", 0, lock=False)  # set once the server listens, before `go`
     go, stop = ctx.Event(), ctx.Event()
-    handshake = case.server != "raw"
-    senders = [ctx.Process(target=_sender, args=(payload.frame, handshake, port, go, stop), daemon=True)
-               for _ in range(case.clients)]
+    senders = [ctx.Process(target=_sender, args=(plan, port, go, stop), daemon=True)
+               for plan in _sender_plans(case, payload, certs)]
     for proc in senders:
         proc.start()
     runner = listener = None
@@ -288,7 +371,8 @@ def _case_main(case: Case, payload: Payload, timing: Timing, result) -> None:
             nbytes, seconds = _raw_loop(listener, case.clients, len(payload.frame), timing)
             result.send({"steps": nbytes / payload.bytes_per_step, "seconds": seconds, "bytes": nbytes})
             return
-        config = _ppo_config(case.payload)
+        tls = {"tls_cert_file": certs["server"], "tls_key_file": certs["server_key"]} if case.transport == "tls" else {}
+        config = _ppo_config(case.payload, tls)
         if case.server == "ours":
             from rlinks_rllib.server.env_runner import RLinkEnvRunner
 
@@ -303,9 +387,10 @@ def _case_main(case: Case, payload: Payload, timing: Timing, result) -> None:
             port.value = _rllib_port(runner, now() + SOCKET_TIMEOUT_S)
         go.set()
         steps, seconds, cpu = _sample_loop(runner, timing)
-        refused = runner.get_transport_stats().get("errors_total", 0) if case.server == "ours" else 0
+        stats = runner.get_transport_stats() if case.server == "ours" else {}
         result.send({"steps": steps, "seconds": seconds, "cpu": cpu, "bytes": steps * payload.bytes_per_step,
-                     "refused": refused})
+                     "refused": stats.get("errors_total", 0), "acked": stats.get("batches_acked", 0),
+                     "duplicates": stats.get("duplicates", 0)})
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which prints it
         result.send({"error": f"{type(exc).__name__}: {exc}"})
     finally:
@@ -322,11 +407,14 @@ def _case_main(case: Case, payload: Payload, timing: Timing, result) -> None:
         # listens again (it has no way to stop); ending this process ends it.
 
 
-def run_case(case: Case, payload: Payload, timing: Timing) -> dict:
-    """Run one case once in a fresh process; return its result or ``{"error": ...}``."""
+def run_case(case: Case, payload: Payload, timing: Timing, certs: dict[str, str] | None = None) -> dict:
+    """Run one case once in a fresh process; return its result or ``{"error": ...}``.
+
+    ``certs``: :func:`make_test_certificates`' files, needed by TLS cases.
+    """
     ctx = mp.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_case_main, args=(case, payload, timing, send))
+    proc = ctx.Process(target=_case_main, args=(case, payload, timing, certs, send))
     proc.start()
     send.close()
     limit = timing.warmup_s + timing.window_s + CASE_SLACK_S
@@ -364,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keys = set(args.only.split(","))
         selected = [c for c in selected if c.key in keys]
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-certs-") as tmp:
+        certs = make_test_certificates(Path(tmp)) if any(c.transport == "tls" for c in selected) else None
+        return _run(selected, loads, timing, rounds, certs, started)
+
+
+def _run(selected: list[Case], loads: dict[str, Payload], timing: Timing, rounds: int,
+         certs: dict[str, str] | None, started: float) -> int:
     print(f"bench_ingest: env steps/s returned by one runner's sample() (+ get_metrics()) while sender "
           f"processes blast EPISODES frames; median of {rounds} round(s) of {timing.window_s:g} s after "
           f"{timing.warmup_s:g} s warm-up; {os.cpu_count()} CPUs")
@@ -377,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     problems: dict[str, str] = {}
     for _ in range(rounds):
         for case in selected:
-            res = run_case(case, loads[case.payload], timing)
+            res = run_case(case, loads[case.payload], timing, certs)
             if "error" in res:
                 problems[case.key] = res["error"]
                 for series in (rates, per_cpu, mbps):
@@ -385,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if res.get("refused"):
                 problems[case.key] = f"the runner refused {res['refused']} message(s)"
+            if case.transport == "ack" and (not res.get("acked") or res.get("duplicates")):
+                problems[case.key] = f"{res.get('acked')} batch(es) confirmed, {res.get('duplicates')} duplicate(s)"
             rates[case.key].append(res["steps"] / res["seconds"])
             per_cpu[case.key].append(res["steps"] / res["cpu"] if res.get("cpu") else float("nan"))
             mbps[case.key].append(res["bytes"] / res["seconds"] / MB)
@@ -411,6 +508,15 @@ def main(argv: list[str] | None = None) -> int:
                   rates, "info", True))
     lines.append(("ratio ours-stacked/rllib, 500-step episodes", "ours-stacked-long", "rllib-long",
                   rates, "info", True))
+    n = TRANSPORT_CLIENTS
+    lines.append((f"ratio TLS/plain, CartPole our format, {n} clients", f"ours-stacked-{n}-tls", f"ours-stacked-{n}",
+                  rates, ">= 0.7x", True))
+    lines.append((f"ratio ACK/plain, CartPole our format, {n} clients", f"ours-stacked-{n}-ack", f"ours-stacked-{n}",
+                  rates, ">= 0.95x", True))
+    lines.append((f"ratio TLS/plain, images, {IMAGE_CLIENTS} clients", "ours-images-tls", "ours-images",
+                  rates, ">= 0.7x", True))
+    lines.append((f"ratio ACK/plain, images, {IMAGE_CLIENTS} clients", "ours-images-ack", "ours-images",
+                  rates, ">= 0.95x", True))
     lines = [line for line in lines if line[1] in rates and line[2] in rates]
     if lines:
         print("ratios (> 1: ours is faster; median of per-round ratios; [target]; per CPU second):")
@@ -419,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = f"  per CPU-s {median_ratio(per_cpu[ours], per_cpu[theirs]):6.2f}x" if cpu else ""
             print(f"  {text + ':':<{width + 1}} {median_ratio(series[ours], series[theirs]):6.2f}x  "
                   f"{'[' + target + ']':<9}{extra}")
+    print("  (TLS/ACK ratios: steps/s; same steps per frame, so MB/s gives the same ratio)")
     print(f"total {now() - started:.1f} s")
     return 1 if problems else 0
 

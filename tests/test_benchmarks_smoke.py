@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: Generous next to the ~25 s (ingest) and ~10 s (client) of a quick run on 2 cores.
+#: Generous next to the ~30 s (ingest) and ~10 s (client) of a quick run on 2 cores.
 TIMEOUT_S = 180
 
 
@@ -46,6 +46,8 @@ def test_bench_ingest_quick():
         "ratio ours/rllib, same bytes, 1 client(s)",
         "ratio ours-stacked/rllib, 1 client(s)",
         "ratio images ours/raw socket (MB/s)",
+        "ratio TLS/plain",
+        "ratio ACK/plain",
     ):
         assert ratio in out, out
 
