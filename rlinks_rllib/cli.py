@@ -72,6 +72,7 @@ def _demo_parser(sub) -> None:
                     "trained until the mean return reaches 450; writes runs/demo/learning_curve.png.",
     )
     p.add_argument("--output", default="runs/demo")
+    p.add_argument("--port", type=int, default=None, help="base port (default 5555 from the config; 0: any free ports)")
     p.add_argument("--gpu-num", type=int, default=None, help="learners with one GPU each")
     p.add_argument("--stop-iters", type=int, default=None)
 
@@ -176,7 +177,7 @@ def _demo(args) -> int:
     try:
         code = run_learner(
             LearnerOptions(config=str(DEMO_CONFIG), output=args.output, gpu_num=args.gpu_num,
-                           stop_iters=args.stop_iters),
+                           stop_iters=args.stop_iters, port=args.port),
             on_ready=start_clients,
         )
     finally:

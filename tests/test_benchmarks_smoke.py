@@ -55,3 +55,10 @@ def test_bench_ingest_quick():
 def test_bench_client_quick():
     out = run_quick("bench_client.py")
     assert "ratio ours/rllib client steps/s" in out, out
+
+
+def test_bench_demo_quick():
+    # Two iterations on each side (each its own Ray): about 50 s on 2 cores.
+    out = run_quick("bench_demo.py")
+    assert "ratio ours/rllib time to" in out, out
+    assert "s per iteration: ours" in out, out

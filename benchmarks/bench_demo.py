@@ -1,0 +1,355 @@
+"""Time to a mean return of 450: our demo next to RLlib's own external-env example.
+
+Both sides train PPO on CartPole with the settings of ``configs/ppo_cartpole.yaml``
+(lr, batch, minibatch, epochs, gamma, vf_loss_coeff, 64x64 tanh model,
+2 EnvRunners, CPU learner); only the transport and the clients differ:
+
+* ours: ``python -m rlinks_rllib demo`` as it ships (our ``RLinkEnvRunner``,
+  4 dummy CartPole clients that run the policy in numpy, spread over the
+  runners by the directory). Its ``progress.csv`` gives each iteration's
+  time since training began, which is what is measured.
+* RLlib's: what ``examples/envs/env_connecting_to_rllib_w_tcp_client.py``
+  sets up (``EnvRunnerServerForExternalInference``), built here with the same
+  settings, and RLlib's ``_dummy_external_client`` (torch inference, one step
+  at a time), one per runner (its server accepts only one), each in its own
+  process, started once ``build_algo()`` has returned, as ours are.
+
+RLlib's server hands ``sample()`` whatever its one client sent, and that
+client sends ``rollout_fragment_length`` steps and then waits for new
+weights; if that were less than the runner's share of the train batch, PPO
+would ask for a second ``sample()`` that never returns. So the RLlib side
+checks that the fragment equals ``train_batch / num_env_runners``.
+
+Measured: wall time from the start of training (after the build, clients
+just started) to the end of the first iteration whose
+``env_runners/episode_return_mean`` reaches the target, with the iterations
+and env steps it took; bounded by ``--max-iters`` and ``--max-train-s``
+per run. Each run is its own process group with its own ``ray.init``,
+killed whole at the end (RLlib's listener thread can't be stopped cleanly);
+ours then RLlib's, ``--repeats`` times, and the ratio is the median of the
+per-round ratios. Usage::
+
+    python benchmarks/bench_demo.py [--repeats N] [--quick]
+
+Ours runs with ``--port 0`` (free ports for its directory and runners);
+RLlib's on a free base port found here (its runner i binds
+``localhost:port+i``). Logs of every run go to ``--logs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import LOOPBACK, REPO, kill_group, median, median_ratio, print_table  # noqa: E402
+
+DEMO_CONFIG = REPO / "configs" / "ppo_cartpole.yaml"
+TARGET = 450.0
+MAX_ITERS = 80
+MAX_TRAIN_S = 360.0
+#: Build, ray.init and shutdown on top of the training bound, before a run is killed.
+STARTUP_GRACE_S = 150.0
+RESULT_TAG = "RESULT "
+PIDS_TAG = "RUNNER PIDS "
+
+
+@dataclass
+class Run:
+    """One side's run: what it reached and when."""
+
+    side: str
+    round: int
+    reached: bool
+    time_s: float  # to the target, or to the last iteration if it wasn't reached
+    iterations: int
+    env_steps: int
+    last_return: float
+    note: str = ""
+
+
+# --------------------------------------------------------------------------
+# Ports and process groups
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers do: a connection of an earlier run in TIME_WAIT doesn't count as in use.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base_port(span: int, attempts: int = 50) -> int:
+    """A port ``p`` with ``p .. p+span`` all free on 127.0.0.1.
+
+    Raises:
+        RuntimeError: none found in ``attempts`` tries.
+    """
+    for _ in range(attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            base = sock.getsockname()[1]
+        if base + span <= 65535 and all(_port_free(base + i) for i in range(span + 1)):
+            return base
+    raise RuntimeError(f"no {span + 1} consecutive free ports found on {LOOPBACK}")
+
+
+def run_group(cmd: list[str], log: Path, timeout: float) -> tuple[int | None, str]:
+    """Run ``cmd`` in a new process group; return (exit code or None on timeout, its output).
+
+    Whatever happens, the whole group (Ray's processes and clients included)
+    is SIGKILLed before returning.
+    """
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_group(proc.pid)
+            proc.wait(timeout=10)
+    return code, log.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------
+# Ours
+
+
+def run_ours(round_: int, logs: Path, target: float, max_iters: int, max_train_s: float) -> Run:
+    """``python -m rlinks_rllib demo``, its time read from its ``progress.csv``."""
+    output = logs / f"ours-{round_}"
+    csv_path = output / "progress.csv"
+    csv_path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "rlinks_rllib", "demo", "--port", "0", "--output", str(output),
+           "--stop-iters", str(max_iters)]
+    code, text = run_group(cmd, logs / f"ours-{round_}.log", max_train_s + STARTUP_GRACE_S)
+    rows = []
+    if csv_path.exists():
+        with open(csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    note = "" if code in (0, 2) else ("killed at the time bound" if code is None else f"exit {code}")
+    if not rows:
+        tail = " / ".join(text.strip().splitlines()[-3:])
+        return Run("ours", round_, False, math.nan, 0, 0, math.nan, note or f"no progress.csv: {tail}")
+    return _first_at_target("ours", round_, [
+        (int(r["iteration"]), float(r["time_s"]), int(r["env_steps"]), float(r["episode_return_mean"]))
+        for r in rows
+    ], target, max_train_s, note)
+
+
+def _first_at_target(side: str, round_: int, rows: list[tuple[int, float, int, float]], target: float,
+                     max_train_s: float, note: str) -> Run:
+    """The run from (iteration, time_s, env_steps, return) rows: the first at ``target`` counts."""
+    for it, t, steps, ret in rows:
+        if ret >= target and t <= max_train_s:
+            return Run(side, round_, True, t, it, steps, ret, note)
+    it, t, steps, ret = rows[-1]
+    return Run(side, round_, False, t, it, steps, ret, note or "target not reached")
+
+
+# --------------------------------------------------------------------------
+# RLlib's side (runs in its own process: --rllib-child)
+
+
+def _rllib_config(port: int):
+    """RLlib's external-inference server with the settings of ``configs/ppo_cartpole.yaml``."""
+    import gymnasium as gym
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.external.env_runner_server_for_external_inference import (
+        EnvRunnerServerForExternalInference,
+    )
+    from ray.tune.registry import get_trainable_cls
+
+    sys.path.insert(0, str(REPO))
+    from rlinks_rllib.training.config_file import load_spec
+
+    spec = load_spec(DEMO_CONFIG)
+    env = gym.make(spec.spaces["from_env"])
+    config = (
+        get_trainable_cls(spec.algorithm).get_default_config()
+        .environment(observation_space=env.observation_space, action_space=env.action_space,
+                     env_config={"port": port})
+        .env_runners(env_runner_cls=EnvRunnerServerForExternalInference, **spec.env_runners)
+        .training(**spec.training)
+        .learners(**spec.learners)
+        .rl_module(model_config=DefaultModelConfig(**spec.model))
+    )
+    env.close()
+    return config
+
+
+def rllib_child(port: int, target: float, max_iters: int, max_train_s: float) -> int:
+    """Build, start one RLlib dummy client per runner, train; print ``RESULT {json}`` at the end."""
+    import ray
+
+    config = _rllib_config(port)
+    runners = int(config.num_env_runners)
+    share = config.total_train_batch_size // runners
+    fragments = {config.get_rollout_fragment_length(worker_index=i) for i in range(runners + 1)}
+    if fragments != {share} or share * runners != config.total_train_batch_size:
+        raise SystemExit(f"rollout_fragment_length {sorted(fragments)} != per-runner share {share} of "
+                         f"{config.total_train_batch_size}: RLlib's server would deadlock")
+    # As our learner does: a fresh local Ray with a logical CPU for every actor.
+    ray.init(address="local", include_dashboard=False, num_cpus=max(os.cpu_count() or 1, runners + 2))
+    algo = config.build_algo()
+    # The runners' processes are no children of ours; name them so the parent can make sure they end.
+    pids = algo.env_runner_group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+    print(PIDS_TAG + json.dumps(pids), flush=True)
+    client_code = ("from ray.rllib.examples.envs.classes.utils.dummy_external_client import "
+                   "_dummy_external_client as run; import sys; run(int(sys.argv[1]))")
+    # Same process group as this one, so the parent's kill ends them too.
+    clients = [subprocess.Popen([sys.executable, "-c", client_code, str(port + i)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for i in range(1, runners + 1)]
+    rows: list[tuple[int, float, int, float]] = []
+    started = time.monotonic()
+    for _ in range(max_iters):
+        result = algo.train()
+        elapsed = time.monotonic() - started
+        stats = result.get("env_runners", {})
+        row = (int(result["training_iteration"]), round(elapsed, 3),
+               int(stats.get("num_env_steps_sampled_lifetime", 0) or 0),
+               float(stats.get("episode_return_mean", math.nan)))
+        rows.append(row)
+        print(f"iter {row[0]:4d} | env steps {row[2]:9,d} | return {row[3]:7.1f} | {elapsed:7.1f} s", flush=True)
+        if row[3] >= target or elapsed > max_train_s:
+            break
+    print(RESULT_TAG + json.dumps(rows), flush=True)
+    for client in clients:
+        client.kill()
+    # No algo.stop(): the runners' listener threads block in accept()/recv and
+    # never end; the parent kills this whole process group instead.
+    return 0
+
+
+def run_rllib(round_: int, logs: Path, target: float, max_iters: int, max_train_s: float) -> Run:
+    port = free_base_port(span=2)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--rllib-child", str(port), "--target", str(target),
+           "--max-iters", str(max_iters), "--max-train-s", str(max_train_s)]
+    code, text = _run_until_result(cmd, logs / f"rllib-{round_}.log", max_train_s + STARTUP_GRACE_S)
+    for line in text.splitlines():
+        if line.startswith(PIDS_TAG):
+            end_runner_processes(json.loads(line[len(PIDS_TAG):]))
+    lines = [line for line in text.splitlines() if line.startswith(RESULT_TAG)]
+    note = "" if code == 0 else ("killed at the time bound" if code is None else f"exit {code}")
+    if not lines or not json.loads(lines[-1][len(RESULT_TAG):]):
+        tail = " / ".join(text.strip().splitlines()[-3:])
+        return Run("rllib", round_, False, math.nan, 0, 0, math.nan, note or f"no result: {tail}")
+    rows = [tuple(r) for r in json.loads(lines[-1][len(RESULT_TAG):])]
+    return _first_at_target("rllib", round_, rows, target, max_train_s, note)
+
+
+def end_runner_processes(pids: list[int], grace_s: float = 15.0) -> None:
+    """Wait for RLlib's runner actors to end with their Ray; SIGKILL those still there after ``grace_s``.
+
+    Only a process whose command line still names RLlib's runner class is
+    killed, so a reused pid is left alone.
+    """
+    deadline = time.monotonic() + grace_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _is_runner(pid)]
+        time.sleep(0.5)
+    for pid in alive:
+        if _is_runner(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _is_runner(pid: int) -> bool:
+    try:
+        return b"EnvRunnerServerForExternalInference" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False  # gone
+
+
+def _run_until_result(cmd: list[str], log: Path, timeout: float) -> tuple[int | None, str]:
+    """Like :func:`run_group`, but the group is killed as soon as the result line is out."""
+    deadline = time.monotonic() + timeout
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        code: int | None = None
+        try:
+            while time.monotonic() < deadline:
+                code = proc.poll()
+                if code is not None or RESULT_TAG in log.read_text(errors="replace"):
+                    code = 0 if code is None else code
+                    break
+                time.sleep(0.5)
+        finally:
+            kill_group(proc.pid)
+            proc.wait(timeout=10)
+    return code, log.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of (ours, RLlib's); ratio is the median")
+    parser.add_argument("--target", type=float, default=TARGET, help="mean episode return to reach")
+    parser.add_argument("--max-iters", type=int, default=MAX_ITERS, help="iteration cap per run")
+    parser.add_argument("--max-train-s", type=float, default=MAX_TRAIN_S, help="training-time cap per run (s)")
+    parser.add_argument("--logs", type=Path, default=REPO / "benchmarks" / "out" / "demo", help="run logs")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: 2 iterations per side, target not expected to be reached")
+    parser.add_argument("--rllib-child", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.max_iters, args.repeats = 2, 1
+    if args.rllib_child is not None:
+        return rllib_child(args.rllib_child, args.target, args.max_iters, args.max_train_s)
+
+    args.logs.mkdir(parents=True, exist_ok=True)
+    print(f"PPO CartPole to mean return {args.target:g}: ours (demo, 4 numpy clients) vs RLlib's "
+          f"external-inference server (1 dummy client per runner); 2 EnvRunners each; "
+          f"cap {args.max_iters} iterations / {args.max_train_s:g} s; logs in {args.logs}", flush=True)
+    runs: list[Run] = []
+    for round_ in range(1, args.repeats + 1):
+        for side, fn in (("ours", run_ours), ("rllib", run_rllib)):
+            run = fn(round_, args.logs, args.target, args.max_iters, args.max_train_s)
+            runs.append(run)
+            what = f"{run.time_s:.1f} s" if run.reached else f"not reached ({run.note})"
+            print(f"round {round_} {side:5s}: {what}, {run.iterations} iterations, {run.env_steps:,} env steps, "
+                  f"last return {run.last_return:.1f}", flush=True)
+
+    print()
+    print_table(
+        ["run", "round", f"time to {args.target:g} (s)", "iterations", "env steps", "return", "note"],
+        [[r.side, r.round, r.time_s if r.reached else math.nan, r.iterations, r.env_steps, r.last_return, r.note]
+         for r in runs],
+    )
+    ours = [r.time_s if r.reached else math.nan for r in runs if r.side == "ours"]
+    theirs = [r.time_s if r.reached else math.nan for r in runs if r.side == "rllib"]
+    ratio = median_ratio(ours, theirs)
+    print(f"\n  median time ours {median(ours):.1f} s, RLlib {median(theirs):.1f} s")
+    shown = "-" if ratio != ratio else f"{ratio:.2f}"
+    print(f"  ratio ours/rllib time to {args.target:g}: {shown} (aim <= 0.7)")
+    # Per-iteration pace, comparable even when a run missed the target (as --quick does).
+    pace_ours = median(r.time_s / r.iterations for r in runs if r.side == "ours" and r.iterations)
+    pace_theirs = median(r.time_s / r.iterations for r in runs if r.side == "rllib" and r.iterations)
+    print(f"  s per iteration: ours {pace_ours:.2f}, RLlib {pace_theirs:.2f}")
+    failed = [r for r in runs if not r.iterations]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
