@@ -294,6 +294,21 @@ def cases() -> dict[str, Callable[[], Case]]:
         {"type": "ERROR", "code": "frame_too_large", "message": "frame of 70,000,000 bytes exceeds the limit"},
     )
     c["valid_ack"] = lambda: valid("ACK for EPISODES seq 7 (ack extension).", {"type": "ACK", "seq": 7})
+    c["valid_auth_handshake"] = lambda: valid(
+        "The auth extension: PING with the client's nonce, then AUTH and AUTH_OK with 32-byte HMAC proofs "
+        "(see docs/PROTOCOL.md 10.3 for how nonces and proofs are made).",
+        {"type": "PING", "rlinks": {"version": 1, "extensions": ["ack", "auth", "want_steps"],
+                                    "client_id": "c0ffee", "auth_nonce": bytes(range(32))}},
+        {"type": "AUTH", "proof": bytes(range(32, 64))},
+        {"type": "AUTH_OK", "proof": bytes(range(64, 96))},
+    )
+    c["valid_directory"] = lambda: valid(
+        "The endpoints extension: GET_ENDPOINTS to a directory and its ENDPOINTS answer, least-loaded first.",
+        {"type": "GET_ENDPOINTS"},
+        {"type": "ENDPOINTS", "endpoints": [
+            {"worker_index": 2, "host": "127.0.0.1", "port": 5557, "clients": 1},
+            {"worker_index": 1, "host": "127.0.0.1", "port": 5556, "clients": 3}]},
+    )
     c["valid_array_dtypes"] = lambda: valid(
         "Every accepted array dtype, byte orders, a 0-d and an empty array.",
         {"type": "GET_STATE", "arrays": all_dtypes()},
@@ -424,6 +439,12 @@ def cases() -> dict[str, Callable[[], Case]]:
     c["invalid_timesteps_bool"] = lambda: invalid(
         "'timesteps' must be an int, not a bool.", raw({"type": "EPISODES", "episodes": [], "timesteps": True}),
         "InvalidMessage",
+    )
+    c["invalid_auth_proof_not_bin"] = lambda: invalid(
+        "AUTH's proof must be bin.", raw({"type": "AUTH", "proof": "not-bytes"}), "InvalidMessage"
+    )
+    c["invalid_endpoints_not_list"] = lambda: invalid(
+        "ENDPOINTS needs a list 'endpoints'.", raw({"type": "ENDPOINTS", "endpoints": {}}), "InvalidMessage"
     )
     c["invalid_seq_negative"] = lambda: invalid(
         "'seq' must be >= 0.", raw({"type": "ACK", "seq": -1}), "InvalidMessage"
