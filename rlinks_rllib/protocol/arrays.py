@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import UnsafePayload, DecodeError
 
-__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "is_array_map", "decode_map", "decode_array_map", "array_map"]
+__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "decode_map", "decode_array_map", "array_map"]
 
 ND = b"nd"
 TYPE = b"type"
@@ -36,11 +36,6 @@ _SAFE_KINDS = frozenset("biufcSU")
 #: Bounded: only strings that parsed to a safe dtype get in, and those are few.
 _DTYPE_CACHE: dict[str, np.dtype] = {}
 _DTYPE_CACHE_MAX = 256
-
-
-def is_array_map(obj: dict) -> bool:
-    """Whether a decoded msgpack map is msgpack-numpy's form of an array or scalar."""
-    return ND in obj or COMPLEX in obj
 
 
 def decode_map(obj: dict) -> Any:

@@ -22,7 +22,6 @@ import logging
 import time
 from typing import Any, Collection, Optional, Union
 
-import gymnasium as gym
 import ray
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
@@ -262,14 +261,16 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state:
             module_state = module_state[DEFAULT_MODULE_ID]
         self.module.set_state(module_state)
+        # What the learner sent is what clients get: no second trip through torch.
+        params = convert_to_numpy(module_state)
         if self.server is None:
             self._weights_seq_no = seq_no or self._weights_seq_no
         elif seq_no:
             self._weights_seq_no = seq_no
             self._steps_since_weights = 0
-            self.server.publish_weights(self._module_params(), seq_no)
+            self.server.publish_weights(params, seq_no)
         else:
-            self.server.replace_weights(self._module_params(), self._weights_seq_no)
+            self.server.replace_weights(params, self._weights_seq_no)
 
     # -- helpers ------------------------------------------------------------------
 

@@ -41,7 +41,6 @@ from .. import __version__
 from ..protocol import Extension, encode_message
 from ..protocol import messages as msgs
 from ..protocol.auth import secret_file_is_private
-from ..protocol.codec import Buffer
 from ..protocol.framing import encode_body_once, encode_set_state_parts
 from .budget import UpdateBudget
 from .inbox import Batch, Inbox
@@ -477,7 +476,7 @@ class RLinkServer:
             self._budget.record(session.client_id, steps)
         return steps
 
-    def send_weights(self, session: Session, *, on_policy_request: bool, want: int | None = None) -> None:
+    def send_weights(self, session: Session, *, want: int | None = None) -> None:
         """Send the current weights to ``session`` with its share of steps to sample."""
         fields: dict[str, Any] = {}
         if Extension.WANT_STEPS.value in session.extensions:
@@ -497,7 +496,7 @@ class RLinkServer:
     def after_on_policy_batch(self, session: Session, steps: int) -> None:
         """``session`` sent EPISODES_AND_GET_STATE: reply now, or park it until new weights."""
         if not self.on_policy or not self._budget.should_park():
-            self.send_weights(session, on_policy_request=True)
+            self.send_weights(session)
             return
         session.state = SessionState.PARKED
         self._parked[session] = None
@@ -507,7 +506,7 @@ class RLinkServer:
         while self._parked and not self._budget.should_park():
             session, _ = self._parked.popitem(last=False)
             session.state = SessionState.READY
-            self.send_weights(session, on_policy_request=True)
+            self.send_weights(session)
 
     def _on_new_weights(self, state_body: bytes, seq_no: int) -> None:
         self._set_weights(state_body, seq_no)
@@ -535,7 +534,7 @@ class RLinkServer:
             want = None
             if Extension.WANT_STEPS.value in session.extensions:
                 want = self._budget.assign(session.client_id, share)
-            self.send_weights(session, on_policy_request=True, want=want)
+            self.send_weights(session, want=want)
 
     def _resume_all(self) -> None:
         for session in self._sessions:

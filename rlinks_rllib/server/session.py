@@ -264,7 +264,7 @@ class Session(asyncio.BufferedProtocol):
         elif kind is MessageType.GET_CONFIG:
             self.send_parts([self.server.config_frame()])
         elif kind is MessageType.GET_STATE:
-            self.server.send_weights(self, on_policy_request=False)
+            self.server.send_weights(self)
         elif kind is MessageType.EPISODES:
             self._on_episodes(message, on_policy=False)
         elif kind is MessageType.EPISODES_AND_GET_STATE:
