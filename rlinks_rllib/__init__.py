@@ -5,7 +5,7 @@ imports :mod:`rlinks_rllib.client` without Ray installed. The server side is
 reached as ``from rlinks_rllib import RLinkEnvRunner``, imported on first use.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["RLinkEnvRunner", "rlinks_env_config", "__version__"]
 

@@ -171,6 +171,9 @@ class FrameDecoder:
         #: Sizes of the frames (header included) whose messages the latest
         #: :meth:`feed` or :meth:`advance` returned, in the same order.
         self.last_frame_sizes: tuple[int, ...] = ()
+        #: (message, frame size) pairs the :meth:`feed` that raised decoded
+        #: before its error, in order.
+        self.before_error: list[tuple[dict[str, Any], int]] = []
 
     @property
     def in_frame(self) -> bool:
@@ -234,6 +237,9 @@ class FrameDecoder:
                     self._body = memoryview(np.empty(size, np.uint8))
         except ProtocolError as exc:
             self._error = exc
+            # What this call decoded before the error, for a receiver that
+            # delivers a stream's valid messages before giving up on it.
+            self.before_error = list(zip(messages, sizes))
             raise
         self.last_frame_sizes = tuple(sizes)
         return messages

@@ -14,8 +14,9 @@ from a ``MultiRLModule`` nests that dict one level down, under
 A ``weights_seq_no`` of 0 means "no number yet, apply anyway" to RLlib, so 0 is
 valid here too.
 
-Both functions raise :class:`ValueError` for anything else; the layer that
-decodes messages turns that into its own protocol error.
+Both functions raise :class:`WeightsError` for anything else: an
+:class:`~.errors.InvalidMessage` when it arrives from a peer, and a
+``ValueError`` for a caller that builds a weight set from bad arrays.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidMessage
+
 __all__ = [
+    "WeightsError",
     "COMPONENT_RL_MODULE",
     "WEIGHTS_SEQ_NO",
     "DEFAULT_MODULE_ID",
@@ -40,6 +44,10 @@ WEIGHTS_SEQ_NO = "weights_seq_no"
 #: Module id under which a multi-module state holds the single-agent module.
 DEFAULT_MODULE_ID = "default_policy"
 
+class WeightsError(InvalidMessage, ValueError):
+    """A weight set is not a map of named numeric arrays with a ``weights_seq_no`` >= 0."""
+
+
 #: numpy kinds a parameter may have: bool, signed/unsigned integer, float.
 _NUMERIC_KINDS = frozenset("biuf")
 
@@ -51,7 +59,7 @@ def build_state(params: Mapping[str, np.ndarray], seq_no: int) -> dict[str, Any]
     what arrives, so a sender can't put on the wire what a receiver refuses.
 
     Raises:
-        ValueError: a name is not a non-empty string, a value is not a numeric
+        WeightsError: a name is not a non-empty string, a value is not a numeric
             numpy array, or *seq_no* is not an integer >= 0.
     """
     return {
@@ -68,21 +76,21 @@ def read_state(state: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
     and are not ours to read; they are left alone.
 
     Raises:
-        ValueError: *state* is not a mapping, lacks ``"rl_module"`` or
+        WeightsError: *state* is not a mapping, lacks ``"rl_module"`` or
             ``"weights_seq_no"``, holds more modules than ``"default_policy"``,
             or a parameter or the sequence number has the wrong type (see
             :func:`build_state`).
     """
     if not isinstance(state, Mapping):
-        raise ValueError(f"weight set must be a map, got {type(state).__name__}")
+        raise WeightsError(f"weight set must be a map, got {type(state).__name__}")
     for key in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO):
         if key not in state:
-            raise ValueError(f"weight set lacks {key!r} (has {_some_keys(state)})")
+            raise WeightsError(f"weight set lacks {key!r} (has {_some_keys(state)})")
     params = state[COMPONENT_RL_MODULE]
     if isinstance(params, Mapping) and DEFAULT_MODULE_ID in params:
         others = [key for key in params if key != DEFAULT_MODULE_ID]
         if others:
-            raise ValueError(
+            raise WeightsError(
                 f"weight set holds modules other than {DEFAULT_MODULE_ID!r} "
                 f"({_some_keys(others)}); only single-agent modules are supported"
             )
@@ -92,22 +100,22 @@ def read_state(state: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
 
 def _check_params(params: Any) -> dict[str, np.ndarray]:
     if not isinstance(params, Mapping):
-        raise ValueError(
+        raise WeightsError(
             f"{COMPONENT_RL_MODULE!r} must map parameter names to arrays, "
             f"got {type(params).__name__}"
         )
     checked: dict[str, np.ndarray] = {}
     for name, value in params.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"parameter name must be a non-empty string, got {name!r}")
+            raise WeightsError(f"parameter name must be a non-empty string, got {name!r}")
         if isinstance(value, np.generic):
             value = np.asarray(value)
         if not isinstance(value, np.ndarray):
-            raise ValueError(
+            raise WeightsError(
                 f"parameter {name!r} must be a numpy array, got {type(value).__name__}"
             )
         if value.dtype.kind not in _NUMERIC_KINDS:
-            raise ValueError(
+            raise WeightsError(
                 f"parameter {name!r} has dtype {value.dtype}; "
                 "only bool, integer and float arrays are weights"
             )
@@ -118,9 +126,9 @@ def _check_params(params: Any) -> dict[str, np.ndarray]:
 def _check_seq_no(seq_no: Any) -> int:
     # bool is an int to Python, but True is no sequence number.
     if isinstance(seq_no, (bool, np.bool_)) or not isinstance(seq_no, (int, np.integer)):
-        raise ValueError(f"{WEIGHTS_SEQ_NO!r} must be an integer, got {type(seq_no).__name__}")
+        raise WeightsError(f"{WEIGHTS_SEQ_NO!r} must be an integer, got {type(seq_no).__name__}")
     if seq_no < 0:
-        raise ValueError(f"{WEIGHTS_SEQ_NO!r} must be >= 0, got {seq_no}")
+        raise WeightsError(f"{WEIGHTS_SEQ_NO!r} must be >= 0, got {seq_no}")
     return int(seq_no)
 
 

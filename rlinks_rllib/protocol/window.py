@@ -1,0 +1,114 @@
+"""The client's window of batches sent and not yet acknowledged (the ``ack`` extension).
+
+With ``ack`` agreed, every batch of episodes carries a ``seq`` (1, 2, ... per
+``client_id``) and the server answers ``ACK {seq}`` once RLlib has taken it.
+The window numbers the batches, keeps the unconfirmed ones (with their
+encoded frame, so they can be sent again after a reconnect) and checks every
+``ACK`` against what was sent. It outlives any one connection: a client that
+reconnects hands the same window to its next :class:`~.connection.Connection`,
+which resends what is still pending.
+
+Pure bookkeeping: no sockets, clocks or threads.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from .codec import Buffer
+from .errors import ErrorCode, UnexpectedMessage
+from .messages import MessageType
+
+__all__ = ["Batch", "AckWindow", "seq_range"]
+
+
+@dataclass(eq=False)
+class Batch:
+    """One ``EPISODES`` or ``EPISODES_AND_GET_STATE`` message as sent.
+
+    Attributes:
+        seq: its number; ``None`` when the peer does not acknowledge batches.
+        kind: which of the two message types it is.
+        parts: the encoded frame (header first), kept while it may be resent.
+        steps: env steps in its episodes.
+        sent_on: which connection (the sender's count) last wrote it in full; 0: none yet.
+        sends: how many times it was written in full.
+        acked: whether the peer confirmed it.
+    """
+
+    seq: Optional[int]
+    kind: MessageType
+    parts: list[Buffer]
+    steps: int
+    sent_on: int = 0
+    sends: int = 0
+    acked: bool = False
+
+
+@dataclass
+class AckWindow:
+    """Batches sent and not yet acknowledged, oldest first.
+
+    Args:
+        max_unacked: how many batches may await an ``ACK`` at once; the
+            sender waits for ACKs while :attr:`full`.
+    """
+
+    max_unacked: int = 16
+    #: The seq the next numbered batch gets.
+    next_seq: int = 1
+    pending: collections.deque[Batch] = field(default_factory=collections.deque)
+
+    def __post_init__(self) -> None:
+        if type(self.max_unacked) is not int or self.max_unacked < 1:
+            raise ValueError(f"max_unacked must be an int >= 1, got {self.max_unacked!r}")
+
+    @property
+    def full(self) -> bool:
+        """Whether as many batches as allowed await an ``ACK``."""
+        return len(self.pending) >= self.max_unacked
+
+    def take_seq(self) -> int:
+        """Number the next batch."""
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        return seq
+
+    def add(self, batch: Batch) -> None:
+        """Keep a numbered batch until its ``ACK``."""
+        self.pending.append(batch)
+
+    def acknowledge(self, seq: int) -> Optional[Batch]:
+        """The peer confirmed ``seq``: the batch it confirms, or ``None`` if it was confirmed before.
+
+        A batch resent after a reconnect may be confirmed twice; that is not an error.
+
+        Raises:
+            UnexpectedMessage: ``seq`` was never sent (code ``unexpected_message``).
+        """
+        for i, batch in enumerate(self.pending):
+            if batch.seq == seq:
+                del self.pending[i]
+                batch.acked = True
+                return batch
+        if 0 < seq < self.next_seq:
+            return None
+        raise UnexpectedMessage(
+            f"acknowledged seq {seq}, which was never sent (last sent: {self.next_seq - 1})",
+            code=ErrorCode.UNEXPECTED_MESSAGE,
+        )
+
+    def clear(self) -> list[Batch]:
+        """Give up every pending batch; return them (for a warning)."""
+        dropped = list(self.pending)
+        self.pending.clear()
+        return dropped
+
+
+def seq_range(batches: Iterable[Batch]) -> str:
+    """``"3"``, ``"3..7"`` or ``"-"``: the seqs of ``batches``, for log lines."""
+    seqs = [b.seq for b in batches if b.seq is not None]
+    if not seqs:
+        return "-"
+    return str(seqs[0]) if len(seqs) == 1 else f"{seqs[0]}..{seqs[-1]}"
