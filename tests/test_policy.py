@@ -27,12 +27,12 @@ from rlinks_rllib.client.policy import (
     DiscreteSpace,
     NumpyPolicy,
     PolicyOutput,
-    TorchModulePolicy,
     UnsupportedModelError,
     as_action_space,
 )
 from rlinks_rllib.protocol import weights
 from rlinks_rllib.protocol.spaces import describe_space
+from rlinks_rllib.training.torch_policy import TorchModulePolicy
 
 ATOL = 1e-5
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)

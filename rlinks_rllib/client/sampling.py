@@ -1,0 +1,116 @@
+"""Actions from logits, as RLlib draws them, and the action a simulator applies.
+
+Sampling follows RLlib's ``GetActions`` connector: a categorical over
+``softmax(logits)`` for ``Discrete``, a diagonal Gaussian over ``[mean,
+log_std]`` for ``Box``; greedy mode takes the argmax or the mean, and reports a
+log-probability of 0 as RLlib's ``TorchDeterministic`` does. The action RLlib
+learns from is :attr:`PolicyOutput.action`; what the simulator should apply is
+:attr:`PolicyOutput.action_for_env`, unsquashed from ``[-1, 1]`` to the Box
+bounds (RLlib's ``normalize_actions=True``) or clipped (``clip_actions=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .action_spaces import ActionSpace, BoxSpace, DiscreteSpace
+
+__all__ = ["PolicyOutput", "sample_actions", "action_for_env"]
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyOutput:
+    """Actions for a batch of observations, and what RLlib wants recorded with them.
+
+    From a policy's ``compute_actions`` every field has a leading batch
+    dimension; from ``compute_action`` it is one row of that.
+
+    Attributes:
+        action: what the episode records and RLlib trains on; int64 for
+            ``Discrete``, float32 of the Gaussian's size for ``Box``.
+        action_logp: float32 log-probability of ``action`` (0 in greedy mode).
+        action_dist_inputs: float32 logits, the module's ``action_dist_inputs``.
+        action_for_env: ``action`` unsquashed or clipped to the Box bounds and
+            shaped as the Box; for ``Discrete`` the same as ``action``.
+    """
+
+    action: np.ndarray
+    action_logp: np.ndarray
+    action_dist_inputs: np.ndarray
+    action_for_env: np.ndarray
+
+    def row(self, i: int) -> PolicyOutput:
+        """The output for the *i*-th observation of the batch."""
+        return PolicyOutput(
+            self.action[i], self.action_logp[i], self.action_dist_inputs[i], self.action_for_env[i]
+        )
+
+
+# As RLlib's TorchCategorical / TorchDiagGaussian / TorchDeterministic.
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def sample_actions(
+    space: ActionSpace, logits: np.ndarray, *, explore: bool, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw (``explore``) or pick greedily one action per row of *logits*.
+
+    Returns ``(action, action_logp)``: int64 actions for ``Discrete``,
+    float32 of the Gaussian's size for ``Box``; float32 log-probabilities,
+    0 in greedy mode. *logits* must be finite; the caller checks.
+    """
+    batch = logits.shape[0]
+    if isinstance(space, DiscreteSpace):
+        if not explore:
+            return np.argmax(logits, axis=-1).astype(np.int64), np.zeros(batch, np.float32)
+        z = logits.astype(np.float64)
+        z = z - z.max(axis=-1, keepdims=True)
+        log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        cdf = np.cumsum(np.exp(log_probs), axis=-1)
+        # Inverse CDF, one uniform per row; scaled by the total so rounding in
+        # the cumulative sum can't leave u past the last class.
+        u = rng.random(batch) * cdf[:, -1]
+        action = np.argmax(cdf > u[:, None], axis=-1).astype(np.int64)
+        logp = np.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
+        return action, logp.astype(np.float32)
+
+    mean, log_std = np.split(logits, 2, axis=-1)
+    if not explore:
+        return mean.copy(), np.zeros(batch, np.float32)
+    noise = rng.standard_normal(mean.shape, dtype=np.float32)
+    action = mean + np.exp(log_std) * noise
+    logp = _gaussian_logp(mean, log_std, action)
+    return action, logp
+
+
+def _gaussian_logp(mean: np.ndarray, log_std: np.ndarray, action: np.ndarray) -> np.ndarray:
+    mean, log_std, action = (a.astype(np.float64) for a in (mean, log_std, action))
+    z = (action - mean) / np.exp(log_std)
+    return (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=-1).astype(np.float32)
+
+
+def action_for_env(
+    space: ActionSpace | None, action: np.ndarray, *, normalize: bool, clip: bool
+) -> np.ndarray:
+    """A batch of *action* as the simulator applies it (RLlib's ``NormalizeAndClipActions``).
+
+    For a ``Box``, reshaped to the Box and then, with *normalize*, unsquashed
+    from ``[-1, 1]`` to its bounds (a Box with an infinite bound is left
+    alone), else with *clip* clipped to them. Any other *space*, ``None``
+    included, gets *action* back unchanged.
+    """
+    if not isinstance(space, BoxSpace):
+        return action
+    action = action.reshape((action.shape[0], *space.shape))
+    if normalize:
+        if np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
+            action = space.low + (action + 1.0) * (space.high - space.low) / 2.0
+            return np.clip(action, space.low, space.high).astype(np.float32)
+        return action
+    if clip:
+        return np.clip(action, space.low, space.high).astype(np.float32)
+    return action
