@@ -25,9 +25,11 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from ..protocol import Extension, FrameDecoder, MessageType, ProtocolError, encode_message, make_offer, parse_offer
+from .._version import SERVER_AGENT
+from ..protocol import Extension, ProtocolError, UnsupportedMessage, encode_message
 from ..protocol import messages as msgs
-from .. import __version__
+from ..protocol.connection import Connection, EndpointsRequested, Role, State
+from ..protocol.errors import ErrorCode
 
 __all__ = ["Directory", "Endpoint"]
 
@@ -126,44 +128,40 @@ class Directory:
         self._connections += 1
         try:
             if self._connections > _MAX_CONNECTIONS:
-                writer.write(encode_message(msgs.error("limit_exceeded", "directory busy; try again")))
+                writer.write(encode_message(msgs.error(ErrorCode.LIMIT_EXCEEDED.value, "directory busy; try again")))
                 return
             await asyncio.wait_for(self._converse(reader, writer), _CONNECTION_DEADLINE_S)
         except (asyncio.TimeoutError, ConnectionError) as exc:
             logger.info("rlinks directory: connection ended: %r", exc)
-        except ProtocolError as exc:
-            writer.write(encode_message(msgs.error(exc.code, str(exc))))
         finally:
             self._connections -= 1
             writer.close()
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder(_MAX_MESSAGE_BYTES)
-        greeted = False
+        """Drive one :class:`Connection` in the directory role until the client leaves or errs."""
+        conn = Connection(Role.DIRECTORY, extensions=[Extension.ENDPOINTS], agent=SERVER_AGENT,
+                          max_frame_bytes=_MAX_MESSAGE_BYTES)
         while True:
             data = await reader.read(65536)
-            if not data:
-                decoder.eof()
+            if data:
+                conn.receive_data(data)
+            else:
+                conn.receive_eof()
+            try:
+                while (event := conn.next_event()) is not None:
+                    if isinstance(event, EndpointsRequested):
+                        conn.send_endpoints(self._refer())
+            except UnsupportedMessage:
+                where = ", ".join(f"{e.host}:{e.port}" for e in self.endpoints()) or "none yet"
+                conn.send_error(
+                    ErrorCode.UNSUPPORTED_MESSAGE,
+                    f"this is the rlinks directory, not a runner; connect to a runner ({where}) "
+                    "or use an rlinks client, which asks here where to go",
+                )
+            except ProtocolError as exc:
+                conn.send_error(exc.code, str(exc))
+            for part in conn.data_to_send():
+                writer.write(part)
+            await writer.drain()
+            if not data or conn.state is State.CLOSED:
                 return
-            for message in decoder.feed(data):
-                kind = MessageType(message["type"])
-                if kind is MessageType.PING:
-                    offer = parse_offer(message)
-                    greeted = True
-                    reply = None
-                    if offer is not None:
-                        agreed = {Extension.ENDPOINTS.value} & set(offer.extensions)
-                        reply = make_offer(agreed, agent=f"rlinks-rllib/{__version__}", role="directory")
-                    writer.write(encode_message(msgs.pong(reply)))
-                elif kind is MessageType.GET_ENDPOINTS and greeted:
-                    writer.write(encode_message({"type": MessageType.ENDPOINTS.value, "endpoints": self._refer()}))
-                else:
-                    where = ", ".join(f"{e.host}:{e.port}" for e in self.endpoints()) or "none yet"
-                    writer.write(encode_message(msgs.error(
-                        "unsupported_message",
-                        f"this is the rlinks directory, not a runner; connect to a runner ({where}) "
-                        "or use an rlinks client, which asks here where to go",
-                    )))
-                    await writer.drain()
-                    return
-                await writer.drain()
