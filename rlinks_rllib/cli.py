@@ -1,27 +1,34 @@
 """The ``rlinks`` command: ``learner``, ``client``, ``endpoints`` and ``demo``.
 
-    rlinks learner --config configs/ppo_cartpole.yaml [--port 5555 --gpu-num 1 ...]
+    rlinks learner --config ppo_cartpole [--port 5555 --gpu-num 1 ...]
     rlinks client --address 127.0.0.1:5556 -n 4 [-- extra client args]
     rlinks endpoints runs/latest
     rlinks demo
 
-``python -m rlinks_rllib`` is the same command.
+``python -m rlinks_rllib`` is the same command. ``rlinks client`` and
+``rlinks endpoints`` import nothing beyond the client side (numpy, msgpack),
+so they run on a simulator machine's plain ``pip install rlinks-rllib``;
+``learner`` and ``demo`` need the ``rllib`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import bundled
+
 __all__ = ["main"]
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO_CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
+DEMO_CONFIG = "ppo_cartpole"
 DEMO_CLIENTS = 4
+#: What the ``rllib`` extra brings; missing on a simulator machine's client-only install.
+_LEARNER_MODULES = {"ray", "torch", "gymnasium", "yaml", "PIL", "matplotlib"}
 
 
 def _learner_parser(sub) -> None:
@@ -32,7 +39,8 @@ def _learner_parser(sub) -> None:
                     "a live view, and write a checkpoint, progress.csv and learning_curve.png to --output. "
                     "Exits 2 if --stop-iters is reached before --stop-reward.",
     )
-    p.add_argument("--config", required=True, help="YAML file (see configs/)")
+    p.add_argument("--config", required=True,
+                   help="YAML file, or a bundled config by name (ppo_cartpole, appo_cartpole, ...; see configs/)")
     p.add_argument("--host", help="address runners listen on (0.0.0.0 for simulators on other machines)")
     p.add_argument("--port", type=int, help="base port: runner i listens on PORT+i (0: any free port)")
     p.add_argument("--num-env-runners", type=int, help="EnvRunners (each with its own port)")
@@ -54,7 +62,8 @@ def _client_parser(sub) -> None:
     )
     p.add_argument("--address", required=True, help="HOST:PORT of a runner")
     p.add_argument("-n", "--num-clients", type=int, default=1, help="copies to run")
-    p.add_argument("--script", type=Path, default=None, help="client script (default: examples/dummy_cartpole_client.py)")
+    p.add_argument("--script", type=Path, default=None,
+                   help="client script (default: the bundled examples/dummy_cartpole_client.py)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for every copy")
 
 
@@ -88,10 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _learner(args) -> int:
+    config = bundled.resolve_config(args.config)
     from .training.learner import LearnerOptions, run_learner
 
     return run_learner(LearnerOptions(
-        config=args.config, host=args.host, port=args.port, num_env_runners=args.num_env_runners,
+        config=str(config), host=args.host, port=args.port, num_env_runners=args.num_env_runners,
         gpu_num=args.gpu_num, num_learners=args.num_learners, stop_reward=args.stop_reward,
         stop_iters=args.stop_iters, checkpoint_every=args.checkpoint_every, output=args.output,
         resume=args.resume,
@@ -99,10 +109,14 @@ def _learner(args) -> int:
 
 
 def _client(args) -> int:
-    from .training.clients import DEFAULT_SCRIPT, ClientProcesses
+    from .training.clients import ClientProcesses
 
+    if args.script is None and importlib.util.find_spec("gymnasium") is None:
+        print("rlinks client: the dummy client runs gymnasium's CartPole as its simulator: "
+              "pip install gymnasium (or pass --script yours.py)", file=sys.stderr)
+        return 1
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-    group = ClientProcesses(args.script or DEFAULT_SCRIPT, [args.address] * args.num_clients, extra)
+    group = ClientProcesses(args.script or bundled.dummy_client(), [args.address] * args.num_clients, extra)
     try:
         codes = group.wait()
     except KeyboardInterrupt:
@@ -159,9 +173,10 @@ def _endpoints_from_directory(address: str) -> int:
 
 
 def _demo(args) -> int:
-    from .training.clients import DEFAULT_SCRIPT, ClientProcesses
+    from .training.clients import ClientProcesses
     from .training.learner import LearnerOptions, run_learner
 
+    config = bundled.bundled_config(DEMO_CONFIG)
     groups: list[ClientProcesses] = []
 
     def start_clients(addresses: list[tuple[int, str, int]], directory: tuple[str, int] | None) -> None:
@@ -172,11 +187,11 @@ def _demo(args) -> int:
             runners = [f"{host}:{port}" for _, host, port in addresses]
             targets = [runners[i % len(runners)] for i in range(DEMO_CLIENTS)]
         print(f"starting {DEMO_CLIENTS} dummy CartPole clients against {', '.join(sorted(set(targets)))}")
-        groups.append(ClientProcesses(DEFAULT_SCRIPT, targets))
+        groups.append(ClientProcesses(bundled.dummy_client(), targets))
 
     try:
         code = run_learner(
-            LearnerOptions(config=str(DEMO_CONFIG), output=args.output, gpu_num=args.gpu_num,
+            LearnerOptions(config=str(config), output=args.output, gpu_num=args.gpu_num,
                            stop_iters=args.stop_iters, port=args.port),
             on_ready=start_clients,
         )
@@ -193,16 +208,24 @@ def _demo(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlinks`` console script."""
-    from .training.config_file import ConfigFileError
-
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     handlers = {"learner": _learner, "client": _client, "endpoints": _endpoints, "demo": _demo}
     try:
         return handlers[args.command](args)
-    except ConfigFileError as exc:
+    except FileNotFoundError as exc:
         print(f"rlinks {args.command}: {exc}", file=sys.stderr)
         return 1
-    except FileNotFoundError as exc:
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in _LEARNER_MODULES:
+            raise
+        print(f"rlinks {args.command}: needs the learner's dependencies ({exc.name} is missing): "
+              f"pip install 'rlinks-rllib[rllib]'", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        # A ConfigFileError; its module imports yaml, so it is looked up only once loaded.
+        config_file = sys.modules.get(f"{__package__}.training.config_file")
+        if config_file is None or not isinstance(exc, config_file.ConfigFileError):
+            raise
         print(f"rlinks {args.command}: {exc}", file=sys.stderr)
         return 1

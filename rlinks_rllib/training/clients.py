@@ -1,7 +1,8 @@
 """``rlinks client``: run N copies of a client script as processes, and summarise each.
 
-The default script is the dummy CartPole client in ``examples/``; point
-``--script`` at your own copy to run that instead. Each copy gets
+The default script is the dummy CartPole client that ships with the package
+(:func:`rlinks_rllib.bundled.dummy_client`); point ``--script`` at your own
+copy to run that instead. Each copy gets
 ``--address HOST:PORT`` and whatever extra arguments follow ``--``.
 """
 
@@ -14,10 +15,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["DEFAULT_SCRIPT", "ClientProcesses"]
-
-#: The template client, in the source checkout next to the package.
-DEFAULT_SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "dummy_cartpole_client.py"
+__all__ = ["ClientProcesses"]
 
 _STOP_GRACE_S = 5.0
 
