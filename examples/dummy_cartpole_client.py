@@ -1,8 +1,8 @@
 """A simulator that trains with RLlib over RLlink: the template to copy.
 
 Your simulator (a game engine, a robot sim, a legacy program) owns its loop.
-This script shows the four things it has to do, with gymnasium's CartPole
-standing in for the simulator:
+This script shows the four things it has to do, with a CartPole written
+below (gymnasium's CartPole-v1, step for step) standing in for the simulator:
 
 1. connect to an RLinkEnvRunner (or to RLlib's own external-env server);
 2. run the policy locally, from the weights the server sends (numpy only);
@@ -14,7 +14,8 @@ then one or more copies of this::
 
     python examples/dummy_cartpole_client.py --address 127.0.0.1:5556
 
-No Ray is needed here: numpy, msgpack and gymnasium (for CartPole) only.
+No Ray is needed here: numpy and msgpack only (``pip install rlinks-rllib``).
+``--env`` runs another gymnasium env instead, if gymnasium is installed.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import math
 import signal
 import sys
 
-import gymnasium as gym
 import numpy as np
 
 from rlinks_rllib.client import PickledConfigRefused, RLinkClient, ServerError
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
-from rlinks_rllib.client.policy import NumpyPolicy
+from rlinks_rllib.client.policy import DiscreteSpace, NumpyPolicy, as_action_space
+from rlinks_rllib.protocol.errors import ErrorCode
 
 log = logging.getLogger("dummy_cartpole_client")
 
@@ -50,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ca-file", default=None, help="CA certificate to check a tls:// learner with")
     parser.add_argument("--cert-file", default=None, help="client certificate, for a learner that wants one")
     parser.add_argument("--key-file", default=None, help="key of --cert-file")
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id standing in for the simulator")
+    parser.add_argument("--env", default="CartPole-v1", help="the simulator: CartPole-v1 (built in) or any gymnasium env id")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
     if args.address is None:
@@ -58,9 +60,67 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+class CartPole:
+    """The simulator: gymnasium's CartPole-v1 dynamics, written out (Euler steps of 20 ms).
+
+    Replace this class with your own program. It is here so that the
+    template needs nothing but numpy: a pole on a cart, pushed left (action
+    0) or right (1); reward 1 per step; the episode ends (terminated) when
+    the pole leans past 12 degrees or the cart leaves +-2.4, and is cut
+    (truncated) after 500 steps.
+    """
+
+    action_space = DiscreteSpace(2)
+    _GRAVITY, _CART_MASS, _POLE_MASS, _HALF_LENGTH, _FORCE, _TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    _THETA_LIMIT, _X_LIMIT, _MAX_STEPS = 12 * 2 * math.pi / 360, 2.4, 500
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._state = (0.0, 0.0, 0.0, 0.0)
+        self._steps = 0
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._state = tuple(float(v) for v in self._rng.uniform(-0.05, 0.05, 4))
+        self._steps = 0
+        return np.array(self._state, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        x, x_dot, theta, theta_dot = self._state
+        total_mass = self._CART_MASS + self._POLE_MASS
+        pole_moment = self._POLE_MASS * self._HALF_LENGTH
+        force = self._FORCE if int(action) == 1 else -self._FORCE
+        cos, sin = math.cos(theta), math.sin(theta)
+        temp = (force + pole_moment * theta_dot**2 * sin) / total_mass
+        theta_acc = (self._GRAVITY * sin - cos * temp) / (
+            self._HALF_LENGTH * (4.0 / 3.0 - self._POLE_MASS * cos**2 / total_mass)
+        )
+        x_acc = temp - pole_moment * theta_acc * cos / total_mass
+        x, x_dot = x + self._TAU * x_dot, x_dot + self._TAU * x_acc
+        theta, theta_dot = theta + self._TAU * theta_dot, theta_dot + self._TAU * theta_acc
+        self._state = (x, x_dot, theta, theta_dot)
+        self._steps += 1
+        terminated = abs(x) > self._X_LIMIT or abs(theta) > self._THETA_LIMIT
+        truncated = not terminated and self._steps >= self._MAX_STEPS
+        return np.array(self._state, np.float32), 1.0, terminated, truncated, {}
+
+    def close(self) -> None:
+        pass
+
+
+def make_env(name: str, seed: int | None):
+    """The simulator to run: our CartPole, or any gymnasium env by id (needs gymnasium)."""
+    if name == "CartPole-v1":
+        return CartPole(seed)
+    import gymnasium as gym  # only for --env other than CartPole-v1
+
+    return gym.make(name)
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the simulator loop until ``--max-steps``, SIGTERM or the learner's end; return a summary."""
-    env = gym.make(args.env)
+    env = make_env(args.env, args.seed)
     rng = np.random.default_rng(args.seed)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -80,12 +140,14 @@ def run(args: argparse.Namespace) -> dict:
             fragment = config["rollout_fragment_length"]
             activation = config["model_config"].get("fcnet_activation", args.activation)
             on_policy = config["on_policy"] and not args.off_policy
+            action_space = as_action_space(config["action_space"])
         except PickledConfigRefused:
             fragment, activation, on_policy = args.fragment_steps, args.activation, not args.off_policy
+            action_space = as_action_space(env.action_space)
 
         # The first weights, and how many steps the runner wants from us.
         update = client.get_state()
-        policy = NumpyPolicy(update.params, env.action_space, fcnet_activation=activation, rng=rng)
+        policy = NumpyPolicy(update.params, action_space, fcnet_activation=activation, rng=rng)
         want = fragment if update.want_steps is None else update.want_steps
         log.info("connected to %s (%s); sending %s batches", args.address,
                  client.server_agent or "plain RLlink", "on-policy" if on_policy else "off-policy")
@@ -124,7 +186,7 @@ def run(args: argparse.Namespace) -> dict:
                 client.send_episodes(chunks)
                 policy.set_params(client.get_state().params)
     except ServerError as exc:
-        if exc.code != "shutting_down":
+        if exc.code != ErrorCode.SHUTTING_DOWN:
             raise
         log.info("the learner stopped; done")  # the normal end of a training run
     finally:
