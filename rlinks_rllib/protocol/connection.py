@@ -426,10 +426,12 @@ class Connection:
         Raises:
             ProtocolError: the peer broke the protocol (the connection is now ``CLOSED``).
         """
+        if self.state is State.CLOSED:
+            # Over: nothing more is read, not even an error that came before or with the end.
+            self._received.clear()
+            self._error = None
+            return None
         while self._received:
-            if self.state is State.CLOSED:
-                self._received.clear()
-                return None
             item = self._received.popleft()
             try:
                 event = self._accept(item.message, item.frame_bytes)
