@@ -548,7 +548,8 @@ class Connection:
                 caller may reuse its arrays before the ``ACK`` comes).
 
         Raises:
-            LocalProtocolError: not ready to send (handshake, or an on-policy batch unanswered).
+            LocalProtocolError: not ready to send (handshake, or an on-policy batch
+                unanswered), or the peer is a directory.
             FrameTooLarge: the batch does not fit one frame.
             TypeError, UnsafePayload: a value can't go on the wire.
         """
@@ -653,6 +654,8 @@ class Connection:
             raise LocalProtocolError(f"{kind.value} before the SET_STATE owed for our on-policy batch")
         if self.state is not State.READY:
             raise LocalProtocolError(f"{kind.value} in state {self.state.value}: the handshake is not done")
+        if self.peer_is_directory and kind is not MessageType.GET_ENDPOINTS:
+            raise LocalProtocolError(f"{kind.value} goes to a runner; this peer is a directory")
 
     def _request(self, kind: MessageType) -> None:
         self._check_request(kind)
