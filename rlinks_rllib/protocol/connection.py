@@ -590,7 +590,7 @@ class Connection:
         """(server) Answer ``GET_CONFIG`` with a ``SET_CONFIG`` frame encoded once for every client.
 
         Raises:
-            LocalProtocolError: no ``GET_CONFIG`` is unanswered.
+            LocalProtocolError: no ``GET_CONFIG`` is unanswered, or an earlier request is.
         """
         self._reply(MessageType.SET_CONFIG)
         self._out.frame([frame])
@@ -604,7 +604,7 @@ class Connection:
                 ``want_steps`` was agreed.
 
         Raises:
-            LocalProtocolError: no request for weights is unanswered, or
+            LocalProtocolError: no request for weights is unanswered (or an earlier request is), or
                 ``want_steps`` given to a client that did not agree to it (or missing).
         """
         if self.speaks(Extension.WANT_STEPS) != (want_steps is not None):
@@ -674,7 +674,10 @@ class Connection:
             raise LocalProtocolError(f"a client does not send {kind.value}")
         if self.state not in _ANSWERED or kind not in self._owed:
             raise LocalProtocolError(f"{kind.value} that nobody asked for (state {self.state.value})")
-        self._owed.remove(kind)
+        if kind is not self._owed[0]:
+            # The client pairs replies with its requests by order alone.
+            raise LocalProtocolError(f"{kind.value} before the {self._owed[0].value} asked for first")
+        self._owed.popleft()
 
     # ------------------------------------------------------------------
     # Receiving: which message is legal when
