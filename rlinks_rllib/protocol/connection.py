@@ -426,10 +426,12 @@ class Connection:
         Raises:
             ProtocolError: the peer broke the protocol (the connection is now ``CLOSED``).
         """
+        if self.state is State.CLOSED:
+            # Over: nothing more is read, not even an error that came before or with the end.
+            self._received.clear()
+            self._error = None
+            return None
         while self._received:
-            if self.state is State.CLOSED:
-                self._received.clear()
-                return None
             item = self._received.popleft()
             try:
                 event = self._accept(item.message, item.frame_bytes)
@@ -546,7 +548,8 @@ class Connection:
                 caller may reuse its arrays before the ``ACK`` comes).
 
         Raises:
-            LocalProtocolError: not ready to send (handshake, or an on-policy batch unanswered).
+            LocalProtocolError: not ready to send (handshake, or an on-policy batch
+                unanswered), or the peer is a directory.
             FrameTooLarge: the batch does not fit one frame.
             TypeError, UnsafePayload: a value can't go on the wire.
         """
@@ -587,7 +590,7 @@ class Connection:
         """(server) Answer ``GET_CONFIG`` with a ``SET_CONFIG`` frame encoded once for every client.
 
         Raises:
-            LocalProtocolError: no ``GET_CONFIG`` is unanswered.
+            LocalProtocolError: no ``GET_CONFIG`` is unanswered, or an earlier request is.
         """
         self._reply(MessageType.SET_CONFIG)
         self._out.frame([frame])
@@ -601,7 +604,7 @@ class Connection:
                 ``want_steps`` was agreed.
 
         Raises:
-            LocalProtocolError: no request for weights is unanswered, or
+            LocalProtocolError: no request for weights is unanswered (or an earlier request is), or
                 ``want_steps`` given to a client that did not agree to it (or missing).
         """
         if self.speaks(Extension.WANT_STEPS) != (want_steps is not None):
@@ -651,6 +654,8 @@ class Connection:
             raise LocalProtocolError(f"{kind.value} before the SET_STATE owed for our on-policy batch")
         if self.state is not State.READY:
             raise LocalProtocolError(f"{kind.value} in state {self.state.value}: the handshake is not done")
+        if self.peer_is_directory and kind is not MessageType.GET_ENDPOINTS:
+            raise LocalProtocolError(f"{kind.value} goes to a runner; this peer is a directory")
 
     def _request(self, kind: MessageType) -> None:
         self._check_request(kind)
@@ -669,7 +674,10 @@ class Connection:
             raise LocalProtocolError(f"a client does not send {kind.value}")
         if self.state not in _ANSWERED or kind not in self._owed:
             raise LocalProtocolError(f"{kind.value} that nobody asked for (state {self.state.value})")
-        self._owed.remove(kind)
+        if kind is not self._owed[0]:
+            # The client pairs replies with its requests by order alone.
+            raise LocalProtocolError(f"{kind.value} before the {self._owed[0].value} asked for first")
+        self._owed.popleft()
 
     # ------------------------------------------------------------------
     # Receiving: which message is legal when
