@@ -14,7 +14,6 @@ so they run on a simulator machine's plain ``pip install rlinks-rllib``;
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import sys
@@ -111,10 +110,6 @@ def _learner(args) -> int:
 def _client(args) -> int:
     from .training.clients import ClientProcesses
 
-    if args.script is None and importlib.util.find_spec("gymnasium") is None:
-        print("rlinks client: the dummy client runs gymnasium's CartPole as its simulator: "
-              "pip install gymnasium (or pass --script yours.py)", file=sys.stderr)
-        return 1
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
     group = ClientProcesses(args.script or bundled.dummy_client(), [args.address] * args.num_clients, extra)
     try:

@@ -291,8 +291,8 @@ class Connection:
             connection of one client (see :class:`~.window.AckWindow`).
 
     Raises:
-        ValueError: ``auth`` named in ``extensions``, an unknown extension, or
-            a bad ``max_frame_bytes``.
+        ValueError: ``auth`` named in ``extensions``, an unknown extension, a
+            ``secret`` for a directory, or a bad ``max_frame_bytes``.
     """
 
     def __init__(
@@ -312,6 +312,9 @@ class Connection:
             raise ValueError(f"unknown extensions {sorted(unknown)}; known: {[e.value for e in Extension]}")
         if Extension.AUTH.value in names:
             raise ValueError("'auth' is offered when there is a secret; pass secret=, not the extension")
+        if secret is not None and role is Role.DIRECTORY:
+            # It would agree to 'auth' and check nothing: a client must not think it was checked.
+            raise ValueError("a directory does not authenticate its clients; pass no secret")
         if secret is not None:
             names.add(Extension.AUTH.value)
         self.role = role
