@@ -68,6 +68,10 @@ FULL = {
     MessageType.AUTH_OK: {"type": "AUTH_OK", "proof": b"\x02" * 32},
     MessageType.GET_ENDPOINTS: {"type": "GET_ENDPOINTS"},
     MessageType.ENDPOINTS: {"type": "ENDPOINTS", "endpoints": [{"worker_index": 1, "host": "127.0.0.1", "port": 5556, "clients": 0}]},
+    MessageType.ACT: {"type": "ACT", "env": [0, 1], "obs": np.zeros((2, 4), np.float32),
+                      "reward": np.array([1.0, 0.0], np.float32), "start": np.array([False, True]),
+                      "terminated": np.array([False, False]), "truncated": np.array([False, False])},
+    MessageType.ACTIONS: {"type": "ACTIONS", "env": [0, 1], "actions": np.array([1, 0]), "weights_seq_no": 2},
 }
 CURRENT = [t for t in MessageType if t not in OLD_API_TYPES]
 
@@ -82,7 +86,7 @@ def test_names_match_rllibs_enum():
 
     rllib = {m.value for m in RLlink if isinstance(m.value, str)}
     ours = {t.value for t in MessageType}
-    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS"}
+    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS", "ACT", "ACTIONS"}
     assert rllib <= ours
 
 
@@ -95,6 +99,9 @@ def test_round_trip_every_type(kind):
         np.testing.assert_array_equal(back["state"]["rl_module"]["pi.w"], message["state"]["rl_module"]["pi.w"])
     elif kind in (MessageType.EPISODES,):
         np.testing.assert_array_equal(back["episodes"][0]["observations"]["data"][0], np.zeros(4, np.float32))
+    elif kind in (MessageType.ACT, MessageType.ACTIONS):
+        for key, value in message.items():
+            np.testing.assert_array_equal(back[key], value)
     else:
         assert back == message
 
@@ -270,7 +277,7 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions"}
 
 
 @pytest.mark.parametrize(

@@ -20,15 +20,18 @@ States, the same words for both ends of a conversation::
 
     IDLE --PING--> GREETING --PONG--> READY <--SET_STATE-- AWAITING_WEIGHTS
                        |                ^  \\--EPISODES_AND_GET_STATE--^
-                       +--PONG (auth)--> AUTHENTICATING --AUTH, AUTH_OK--+
+                       |                |  \\--ACT--> AWAITING_ACTIONS
+                       |                +------ACTIONS------/
+                       +--PONG (auth)--> AUTHENTICATING --AUTH, AUTH_OK--> READY
 
     any state --ERROR sent or received, EOF, or a peer's violation--> CLOSED
 
 (A server or directory goes from ``IDLE`` straight to ``READY`` or
 ``AUTHENTICATING`` when it answers the ``PING``: it has no ``GREETING``.)
 In ``AWAITING_WEIGHTS`` a client has sent an on-policy batch and may send
-nothing until its ``SET_STATE`` arrives; a server refuses anything it sends
-meanwhile. Which message may arrive in which state is in the ``_accept_*``
+nothing until its ``SET_STATE`` arrives, and in ``AWAITING_ACTIONS`` an ``ACT``
+(``served_actions``) and nothing until its ``ACTIONS``; a server refuses
+anything it sends meanwhile. Which message may arrive in which state is in the ``_accept_*``
 methods, one per role.
 
 Two kinds of error, as in ``h11``:
@@ -69,6 +72,7 @@ from .messages import error as error_message
 from .messages import ack as ack_message
 from .messages import ping as ping_message
 from .messages import pong as pong_message
+from .served import ActRows, act_message, actions_message, read_act, read_actions
 from .weights import read_state
 from .window import AckWindow, Batch
 
@@ -88,6 +92,8 @@ __all__ = [
     "StateReceived",
     "Acked",
     "EndpointsReceived",
+    "ActReceived",
+    "ActionsReceived",
     "DIRECTORY_ROLE",
     "MAX_CLIENT_ID_CHARS",
 ]
@@ -114,6 +120,7 @@ class State(enum.Enum):
     AUTHENTICATING = "authenticating"
     READY = "ready"
     AWAITING_WEIGHTS = "awaiting_weights"
+    AWAITING_ACTIONS = "awaiting_actions"
     CLOSED = "closed"
 
 
@@ -233,14 +240,36 @@ class EndpointsReceived:
     endpoints: list
 
 
+@dataclass(frozen=True)
+class ActReceived:
+    """(server) ``ACT``: observations to answer with :meth:`Connection.send_actions`.
+
+    Attributes:
+        rows: the checked columns (``protocol.served.ActRows``).
+        frame_bytes: size of the frame it came in, header included.
+    """
+
+    rows: ActRows
+    frame_bytes: int
+
+
+@dataclass(frozen=True)
+class ActionsReceived:
+    """(client) ``ACTIONS``: ``actions[i]`` is for ``env[i]``, computed with weights ``weights_seq_no``."""
+
+    env: list
+    actions: Any
+    weights_seq_no: int
+
+
 Event = Union[
     HandshakeDone, ErrorReceived, ConnectionClosed, ConfigRequested, StateRequested, EpisodesReceived,
-    EndpointsRequested, ConfigReceived, StateReceived, Acked, EndpointsReceived,
+    EndpointsRequested, ConfigReceived, StateReceived, Acked, EndpointsReceived, ActReceived, ActionsReceived,
 ]
 
 _SERVER_TO_CLIENT = frozenset(
     {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK,
-     MessageType.AUTH_OK, MessageType.ENDPOINTS}
+     MessageType.AUTH_OK, MessageType.ENDPOINTS, MessageType.ACTIONS}
 )
 #: Which reply each client request is owed.
 _REPLY_TO = {
@@ -248,8 +277,12 @@ _REPLY_TO = {
     MessageType.GET_STATE: MessageType.SET_STATE,
     MessageType.EPISODES_AND_GET_STATE: MessageType.SET_STATE,
     MessageType.GET_ENDPOINTS: MessageType.ENDPOINTS,
+    MessageType.ACT: MessageType.ACTIONS,
 }
-_ANSWERED = frozenset({State.READY, State.AWAITING_WEIGHTS})
+#: States in which a server may still answer what it owes, and a client take its replies.
+_ANSWERED = frozenset({State.READY, State.AWAITING_WEIGHTS, State.AWAITING_ACTIONS})
+#: A client in these states waits for one reply and may send nothing else.
+_WAITING = {State.AWAITING_WEIGHTS: MessageType.SET_STATE, State.AWAITING_ACTIONS: MessageType.ACTIONS}
 
 
 @dataclass
@@ -342,6 +375,8 @@ class Connection:
         #: Replies owed, oldest first: what the client waits for, what the server must send.
         self._owed: collections.deque[MessageType] = collections.deque()
         self._peer_agent = ""
+        #: (client) The envs of the unanswered ACT that want an action, in order.
+        self._act_envs: list[int] = []
         #: An ERROR was sent or received: the conversation is over.
         self._ended_by_error = False
 
@@ -575,6 +610,25 @@ class Connection:
         self._after_request(kind)
         return batch
 
+    def send_act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any) -> None:
+        """(client) Queue an ``ACT`` (``served_actions``); an :class:`ActionsReceived` follows.
+
+        Columns of one length, one row per env (PROTOCOL.md 10.5). Nothing
+        else may be sent until the ``ACTIONS`` arrives.
+
+        Raises:
+            LocalProtocolError: ``served_actions`` not agreed, or not ready to send.
+            InvalidMessage: the columns are malformed (as a server would find them).
+        """
+        self._check_request(MessageType.ACT)
+        if not self.speaks(Extension.SERVED_ACTIONS):
+            raise LocalProtocolError("ACT needs the served_actions extension, which the server did not agree to")
+        message = act_message(env, obs, reward, start, terminated, truncated)
+        rows = read_act(message)
+        self._out.frame(encode_message_parts(message))
+        self._act_envs = [e for e, wants in zip(rows.env, rows.wants_action) if wants]
+        self._after_request(MessageType.ACT)
+
     def resend(self, batch: Batch) -> None:
         """(client) Queue a pending batch again, as first encoded (after a reconnect).
 
@@ -632,6 +686,17 @@ class Connection:
             raise LocalProtocolError(f"ACK to a client that did not agree to 'ack' (state {self.state.value})")
         self._send(ack_message(seq))
 
+    def send_actions(self, env: list, actions: Any, weights_seq_no: int) -> None:
+        """(server) Answer the unanswered ``ACT``: ``actions[i]`` for ``env[i]``.
+
+        Raises:
+            LocalProtocolError: no ``ACT`` is unanswered.
+        """
+        self._reply(MessageType.ACTIONS)
+        self._send(actions_message(env, actions, weights_seq_no))
+        if self.state is State.AWAITING_ACTIONS:
+            self.state = State.READY
+
     def send_endpoints(self, endpoints: list) -> None:
         """(directory) Answer ``GET_ENDPOINTS``.
 
@@ -653,8 +718,8 @@ class Connection:
 
     def _check_request(self, kind: MessageType) -> None:
         self._require(Role.CLIENT, f"send {kind.value}")
-        if self.state is State.AWAITING_WEIGHTS:
-            raise LocalProtocolError(f"{kind.value} before the SET_STATE owed for our on-policy batch")
+        if self.state in _WAITING:
+            raise LocalProtocolError(f"{kind.value} before the {_WAITING[self.state].value} owed to us")
         if self.state is not State.READY:
             raise LocalProtocolError(f"{kind.value} in state {self.state.value}: the handshake is not done")
         if self.peer_is_directory and kind is not MessageType.GET_ENDPOINTS:
@@ -671,6 +736,8 @@ class Connection:
             self._owed.append(reply)
         if kind is MessageType.EPISODES_AND_GET_STATE:
             self.state = State.AWAITING_WEIGHTS
+        elif kind is MessageType.ACT:
+            self.state = State.AWAITING_ACTIONS
 
     def _reply(self, kind: MessageType) -> None:
         if self.role is Role.CLIENT:
@@ -722,6 +789,11 @@ class Connection:
             params, seq_no = read_state(message["state"])
             want = message.get("want_steps") if self.speaks(Extension.WANT_STEPS) else None
             return StateReceived(params, seq_no, want)
+        if kind is MessageType.ACTIONS:
+            self.state = State.READY
+            env, actions = read_actions(message, self._act_envs)
+            self._act_envs = []
+            return ActionsReceived(env, actions, message["weights_seq_no"])
         if kind is MessageType.SET_CONFIG:
             description = read_config(message)
             raw = message["config"]
@@ -760,8 +832,10 @@ class Connection:
             raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
         if kind is MessageType.AUTH:
             raise UnsupportedMessage("AUTH outside the handshake")
-        if self.state is State.AWAITING_WEIGHTS:
-            raise UnsupportedMessage(f"{kind.value} while waiting for SET_STATE; wait for the reply first")
+        if self.state in _WAITING:
+            raise UnsupportedMessage(
+                f"{kind.value} while waiting for {_WAITING[self.state].value}; wait for the reply first"
+            )
         if kind is MessageType.PING:
             self._keep_alive()
             return None
@@ -778,6 +852,13 @@ class Connection:
                 self.state = State.AWAITING_WEIGHTS
             seq = message.get("seq") if self.speaks(Extension.ACK) else None
             return EpisodesReceived(message["episodes"], message.get("timesteps"), seq, on_policy, frame_bytes)
+        if kind is MessageType.ACT:
+            if not self.speaks(Extension.SERVED_ACTIONS):
+                raise UnsupportedMessage("ACT needs the served_actions extension, which was not agreed")
+            rows = read_act(message)
+            self._owed.append(MessageType.ACTIONS)
+            self.state = State.AWAITING_ACTIONS
+            return ActReceived(rows, frame_bytes)
         raise UnsupportedMessage(f"{kind.value} is not something a runner answers")
 
     def _accept_as_directory(self, kind: MessageType, message: dict) -> Optional[Event]:

@@ -49,6 +49,9 @@ class Extension(str, enum.Enum):
     #: The peer is a directory (PONG offer ``"role": "directory"``) that answers
     #: GET_ENDPOINTS with the runners to connect to, least-loaded first.
     ENDPOINTS = "endpoints"
+    #: The client sends observations (``ACT``) and the server answers with
+    #: actions (``ACTIONS``): for a simulator that can't run the policy.
+    SERVED_ACTIONS = "served_actions"
 
 
 @dataclass(frozen=True)

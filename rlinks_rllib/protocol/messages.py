@@ -14,6 +14,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Mapping
 
+import numpy as np
+
 from .errors import InvalidMessage, UnsupportedMessage
 
 __all__ = [
@@ -66,6 +68,10 @@ class MessageType(str, enum.Enum):
     GET_ENDPOINTS = "GET_ENDPOINTS"
     #: Directory -> client: every runner, least-loaded first.
     ENDPOINTS = "ENDPOINTS"
+    #: Client -> server: observations, and what the last actions led to (``served_actions``).
+    ACT = "ACT"
+    #: Server -> client: the actions for an ``ACT`` (``served_actions``).
+    ACTIONS = "ACTIONS"
 
     def __str__(self) -> str:
         return self.value
@@ -105,6 +111,15 @@ _REQUIRED: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.AUTH_OK: {"proof": (bytes,)},
     MessageType.GET_ENDPOINTS: {},
     MessageType.ENDPOINTS: {"endpoints": (list,)},
+    MessageType.ACT: {
+        "env": (list,),
+        "obs": (np.ndarray, list),
+        "reward": (np.ndarray, list),
+        "start": (np.ndarray, list),
+        "terminated": (np.ndarray, list),
+        "truncated": (np.ndarray, list),
+    },
+    MessageType.ACTIONS: {"env": (list,), "actions": (np.ndarray, list), "weights_seq_no": (int,)},
 }
 _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},
