@@ -288,6 +288,17 @@ class EpisodeBuilder:
         elif self._max_chunk_steps is not None and self._steps >= self._max_chunk_steps:
             self._cut()
 
+    def truncate(self) -> None:
+        """End the running episode at its last step, as truncated (its env went away).
+
+        Its data still trains, bootstrapping from its last observation; an
+        episode that took no steps since it started (or since its last cut)
+        is dropped. No-op between episodes.
+        """
+        if self._running and self._steps:
+            self._finish(terminated=False, truncated=True)
+        self._running = False
+
     def take_chunks(self) -> List[dict]:
         """Return the states of all chunks collected since the last call.
 
