@@ -294,9 +294,11 @@ class _Received:
 @dataclass
 class _Outgoing:
     parts: list = field(default_factory=list)
+    frames: int = 0
 
     def frame(self, parts: Iterable[Buffer]) -> None:
         self.parts.extend(parts)
+        self.frames += 1
 
     def take(self) -> list:
         parts, self.parts = self.parts, []
@@ -410,6 +412,11 @@ class Connection:
     @property
     def frames_received(self) -> int:
         return self._decoder.frames
+
+    @property
+    def frames_sent(self) -> int:
+        """Frames queued for the peer so far (``data_to_send`` hands them over)."""
+        return self._out.frames
 
     # ------------------------------------------------------------------
     # Bytes in

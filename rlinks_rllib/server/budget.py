@@ -1,18 +1,12 @@
-"""Who owes the coming on-policy update how many env steps.
+"""Who owes the coming on-policy update how many env steps: the :class:`~.scheduler.Scheduler`'s ledger.
 
-An on-policy learner (PPO) trains on a batch sampled with one set of weights,
-then sends new weights. Each ``EPISODES_AND_GET_STATE`` must get exactly one
-``SET_STATE`` back, carrying the weights the client's *next* data will be
-sampled with:
-
-* the current weights while the update still needs steps nobody has promised;
-* otherwise the new weights, so the client waits ("is parked") until they come.
-
-Clients that speak the ``want_steps`` extension are told how many steps to
-send next; the promises never add up to more than the update needs, so their
-data reaches the learner with a policy lag of 0 and none is thrown away.
-Plain RLlib clients can't be told; they send what they like, and steps beyond
-the update's need wait for the next one (their lag is reported).
+Steps the update needs, steps received for it, and steps promised to
+clients. The promises never add up to more than the update needs, so data
+from clients that speak ``want_steps`` reaches the learner with a policy lag
+of 0 and none is thrown away. Plain RLlib clients can't be told; they send
+what they like, and steps beyond the update's need wait for the next one
+(their lag is reported). When a client is parked or released is the
+scheduler's decision, not this ledger's.
 
 This is pure bookkeeping: no sockets, threads or Ray.
 """

@@ -30,13 +30,14 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.numpy import convert_to_numpy
 
-from .. import __version__
+from .._version import SERVER_AGENT
 from ..protocol import messages as msgs
 from ..protocol.config import build_config
 from ..protocol.spaces import describe_space
 from .episodes import EpisodeIngest
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episode, log_sampled
+from .scheduler import SamplePacer, WeightsChange
 from .settings import RLinkSettings
 
 __all__ = ["RLinkEnvRunner", "runner_addresses"]
@@ -45,9 +46,6 @@ logger = logging.getLogger("rlinks_rllib.server")
 
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
-
-#: How long a repeated ``sample()`` waits during the grace period (see ``extend_after_s``).
-_GRACE_POLL_S = 0.05
 
 
 def _is_on_policy(config: Any) -> bool:
@@ -73,7 +71,6 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 "RLinkEnvRunner needs the spaces up front: "
                 "config.environment(observation_space=..., action_space=...)"
             )
-        self._weights_seq_no = 0
         self.module = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True).build()
         self._episode_totals = EpisodeTotals()
         self._transport_metrics = TransportMetrics()
@@ -87,8 +84,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         # train batch, at least one rollout fragment.
         runners = max(1, int(self.config.num_env_runners or 0))
         self._update_steps = max(self._target_steps, -(-int(self.config.total_train_batch_size) // runners))
-        self._steps_since_weights = 0
-        self._share_done_at = 0.0
+        #: The weights version, and when a repeated sample() asks the clients for more.
+        self._pacer = SamplePacer(update_steps=self._update_steps, extend_steps=self._target_steps,
+                                  extend_after_s=self.settings.extend_after_s, on_policy=self.on_policy)
 
         self.server: Optional[RLinkServer] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
@@ -104,6 +102,10 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
             self.server.start()
             logger.info("RLinkEnvRunner %d: simulators connect to %s:%d", self.worker_index, *self.address)
+
+    @property
+    def _weights_seq_no(self) -> int:
+        return self._pacer.weights_seq_no
 
     # -- where to connect ------------------------------------------------------
 
@@ -151,21 +153,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if self.server is None:
             return []
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
-        wait_s = timeout_s * self.settings.sample_wait_fraction
-        if self.on_policy and self._steps_since_weights >= self._update_steps:
-            # Called again before new weights although this runner handed over
-            # its whole share: another runner is still short, or the learner
-            # needs more than this runner's share. Give the
-            # others a grace period first; asking our clients for more now
-            # would leave surplus steps that reach the next update with lag 1.
-            # Meanwhile answer quickly, so that RLlib's round (which waits for
-            # every runner) ends as soon as the short runner delivers.
-            waited = time.monotonic() - self._share_done_at
-            if waited < self.settings.extend_after_s:
-                wait_s = min(wait_s, _GRACE_POLL_S)
-            else:
-                self.server.extend_update(self._target_steps)
-        batches = self.server.inbox.take(self._target_steps, wait_s)
+        # Called again before new weights, after this runner handed over its
+        # whole share, the pacer answers quickly for a grace period, then
+        # extends the update (see SamplePacer).
+        plan = self._pacer.plan(time.monotonic(), timeout_s * self.settings.sample_wait_fraction)
+        if plan.extend_steps:
+            self.server.extend_update(plan.extend_steps)
+        batches = self.server.inbox.take(self._target_steps, plan.wait_s)
         episodes = []
         steps = 0
         done = 0
@@ -182,10 +176,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                     log_episode(self.metrics, *finished, window=self.config.metrics_num_episodes_for_smoothing)
             episodes.extend(batch.episodes)
             steps += batch.steps
-        before = self._steps_since_weights
-        self._steps_since_weights += steps
-        if before < self._update_steps <= self._steps_since_weights:
-            self._share_done_at = time.monotonic()
+        self._pacer.sampled(steps, time.monotonic())
         # Confirmed only now that RLlib has them (dropped stale ones too: they
         # were dealt with). What is still in the inbox is not confirmed, and
         # a client resends it if this runner dies first.
@@ -253,7 +244,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if COMPONENT_RL_MODULE not in state:
             return
         seq_no = state.get(WEIGHTS_SEQ_NO, 0) or 0
-        if seq_no and seq_no <= self._weights_seq_no:
+        change = self._pacer.weights_change(seq_no)
+        if change is WeightsChange.STALE:
             return
         module_state = state[COMPONENT_RL_MODULE]
         if isinstance(module_state, ray.ObjectRef):
@@ -263,13 +255,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self.module.set_state(module_state)
         # What the learner sent is what clients get: no second trip through torch.
         params = convert_to_numpy(module_state)
-        if self.server is None:
-            self._weights_seq_no = seq_no or self._weights_seq_no
-        elif seq_no:
-            self._weights_seq_no = seq_no
-            self._steps_since_weights = 0
-            self.server.publish_weights(params, seq_no)
-        else:
+        if change is WeightsChange.NEW:
+            self._pacer.new_weights(seq_no)
+            if self.server is not None:
+                self.server.publish_weights(params, seq_no)
+        elif self.server is not None:
             self.server.replace_weights(params, self._weights_seq_no)
 
     # -- helpers ------------------------------------------------------------------
@@ -288,7 +278,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             on_policy=self.on_policy,
             model_config={k: v for k, v in model_config.items() if isinstance(v, (int, float, str, bool, list, type(None)))},
             weights_layout={k: list(v.shape) for k, v in self._module_params().items()},
-            server=f"rlinks-rllib/{__version__}",
+            server=SERVER_AGENT,
         )
         if self.settings.unsafe_pickle_config:
             import pickle

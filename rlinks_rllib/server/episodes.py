@@ -16,7 +16,7 @@ import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP, EpisodeError, check_episode_state
-from .session import IngestError
+from .errors import IngestError
 from .settings import RLinkSettings
 
 __all__ = ["EpisodeIngest"]

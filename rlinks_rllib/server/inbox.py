@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["Batch", "Inbox"]
@@ -29,7 +29,6 @@ class Batch:
     #: Version of the weights the client held when it sampled these steps.
     weights_seq_no: int
     client: str
-    received_at: float = field(default_factory=time.monotonic)
 
 
 class Inbox:

@@ -4,8 +4,13 @@
 actor thread talks to it through three doors only: it takes batches from the
 :class:`~.inbox.Inbox`, hands it new weights with :meth:`publish_weights`, and
 reads counters from :attr:`stats`. Everything else (accepting, reading,
-deadlines, the on-policy bookkeeping) happens on the loop thread, so the
+deadlines, the on-policy scheduling) happens on the loop thread, so the
 sessions need no locks.
+
+The server is each :class:`~.session.Session`'s :class:`~.session.SessionHost`:
+sessions report what their clients send; who is answered when, and asked
+for how many steps, is the :class:`~.scheduler.Scheduler`'s decision, which
+the server carries out by asking sessions to send weights.
 
 Nothing here imports Ray: the RLlib-specific parts (turning wire episodes into
 ``SingleAgentEpisode`` objects, the ``SET_CONFIG`` description) come in as
@@ -34,18 +39,21 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
 
-from .. import __version__
-from ..protocol import Extension, encode_message
-from ..protocol import messages as msgs
+from .._version import SERVER_AGENT
 from ..protocol.auth import secret_file_is_private
-from ..protocol.framing import encode_body_once, encode_set_state_parts
-from .budget import UpdateBudget
+from ..protocol.connection import EpisodesReceived
+from ..protocol.errors import ErrorCode
+from ..protocol.extensions import Extension
+from ..protocol.framing import encode_body_once, encode_message
+from .errors import IngestError
 from .inbox import Batch, Inbox
-from .session import IngestError, Session, SessionState
+from .scheduler import Release, Scheduler
+from .session import Session
 from .settings import RLinkSettings
+from .stats import LogLimiter, ServerStats
 
 __all__ = ["RLinkServer", "ServerStats", "Ingest", "SeqBatch", "server_ssl_context", "exposure_warning"]
 
@@ -61,33 +69,6 @@ _HELD_SEQ_MAX = 65536
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_RETRY_S = 0.5
 _ACCEPT_WARN_EVERY_S = 10.0
-
-
-class LogLimiter:
-    """At most ``burst`` warnings per ``window_s`` seconds; then one line saying how many were left out.
-
-    Counters (``ServerStats.errors``) still count every rejection; only the
-    log lines are thinned.
-    """
-
-    def __init__(self, burst: int = 20, window_s: float = 10.0) -> None:
-        self.burst, self.window_s = burst, window_s
-        self._window_start = time.monotonic()
-        self._logged = 0
-        self.suppressed = 0
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        if now - self._window_start >= self.window_s:
-            if self.suppressed:
-                logger.warning("rlinks: %d more rejected connections were not logged in the last %.0f s "
-                               "(see the 'errors' counters)", self.suppressed, now - self._window_start)
-            self._window_start, self._logged, self.suppressed = now, 0, 0
-        if self._logged < self.burst:
-            self._logged += 1
-            return True
-        self.suppressed += 1
-        return False
 
 
 @dataclass
@@ -140,37 +121,6 @@ def server_ssl_context(settings: RLinkSettings) -> Optional[ssl.SSLContext]:
     return context
 
 
-@dataclass
-class ServerStats:
-    """Counters of the network side; written by the loop thread only."""
-
-    connections_total: int = 0
-    connections_refused: int = 0
-    clients_connected: int = 0
-    frames_in: int = 0
-    frames_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    batches_in: int = 0
-    steps_in: int = 0
-    duplicates: int = 0
-    #: Batches (and their env steps) handed to RLlib and confirmed to their client.
-    batches_acked: int = 0
-    steps_acked: int = 0
-    tls_handshakes_failed: int = 0
-    accept_errors: int = 0
-    errors: collections.Counter = field(default_factory=collections.Counter)
-
-    def count_error(self, code: str) -> None:
-        self.errors[code] += 1
-
-    def snapshot(self) -> dict:
-        data = {k: v for k, v in self.__dict__.items() if k != "errors"}
-        data["errors"] = dict(self.errors)
-        data["errors_total"] = sum(self.errors.values())
-        return data
-
-
 class RLinkServer:
     """Accepts RLlink clients and feeds their episodes into an inbox.
 
@@ -189,7 +139,7 @@ class RLinkServer:
         ValueError: ``auth="on"`` without a secret, or a malformed secret.
     """
 
-    agent = f"rlinks-rllib/{__version__}"
+    agent = SERVER_AGENT
 
     def __init__(
         self,
@@ -209,21 +159,18 @@ class RLinkServer:
         self._ingest = ingest
         self._config_message = config_message
         self._config_frame: bytes | None = None
-        self._budget = UpdateBudget(update_steps)
+        #: Who gets weights when (loop thread only, but for replace_weights before start).
+        self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy)
         self._sessions: set[Session] = set()
-        self._parked: collections.OrderedDict[Session, None] = collections.OrderedDict()
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._by_client: dict[str, Session] = {}
-        self._weights_seq_no = 0
         self._state_body: bytes | None = None
         self._session_numbers = 0
         #: The shared secret clients must prove they know; None: no authentication.
         self.auth_secret: Optional[bytes] = settings.auth_secret()
-        self.supported_extensions = frozenset(
-            {Extension.WANT_STEPS.value, Extension.ACK.value}
-            | ({Extension.AUTH.value} if self.auth_secret is not None else set())
-        )
+        #: What a session agrees to at most (``auth`` comes with the secret).
+        self.extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
         self._ssl = server_ssl_context(settings)
         self._tls_handshakes: set[asyncio.Task] = set()
         self._sock = self._bind(settings.host, port)
@@ -317,7 +264,7 @@ class RLinkServer:
         for task in list(self._tls_handshakes):
             task.cancel()
         for session in list(self._sessions):
-            session.fail("shutting_down", "the runner is stopping")
+            session.fail(ErrorCode.SHUTTING_DOWN, "the runner is stopping")
         self._loop.call_later(0.05, self._loop.stop)
 
     # -- loop thread ---------------------------------------------------------
@@ -350,7 +297,7 @@ class RLinkServer:
             if len(self._sessions) + len(self._tls_handshakes) >= self.settings.max_clients:
                 # No ERROR can be sent before the TLS handshake: just close.
                 self.stats.connections_refused += 1
-                self.stats.count_error("limit_exceeded")
+                self.stats.count_error(ErrorCode.LIMIT_EXCEEDED)
                 if self.log_limiter.allow():
                     logger.warning("rlinks: refused a connection from %s: %d clients connected or connecting",
                                    addr, self.settings.max_clients)
@@ -375,13 +322,15 @@ class RLinkServer:
         self._session_numbers += 1
         return Session(self, self._session_numbers)
 
-    def session_opened(self, session: Session) -> None:
+    # -- SessionHost (loop thread) ---------------------------------------------
+
+    def session_opened(self, session: Session) -> bool:
         if len(self._sessions) >= self.settings.max_clients:
             self.stats.connections_refused += 1
-            session.fail("limit_exceeded", f"this runner already serves {self.settings.max_clients} clients")
-            return
+            return False
         self._sessions.add(session)
         self.stats.clients_connected = len(self._sessions)
+        return True
 
     def session_ready(self, session: Session) -> None:
         """``session`` finished its handshake: confirmations for its client_id go to it now.
@@ -391,6 +340,7 @@ class RLinkServer:
         learner is slow to take batches.
         """
         self._by_client[session.client_id] = session
+        self.scheduler.client_ready(session, session.client_id, tells_steps=session.speaks(Extension.WANT_STEPS))
         if self.inbox.full():
             session.pause_reading()
 
@@ -398,21 +348,43 @@ class RLinkServer:
         self._sessions.discard(session)
         if self._by_client.get(session.client_id) is session:
             del self._by_client[session.client_id]
-        self._parked.pop(session, None)
-        self._budget.forget(session.client_id)
         self.stats.clients_connected = len(self._sessions)
-        self._release_if_needed()
+        self._release(self.scheduler.client_left(session))
+
+    def config_frame(self) -> bytes:
+        if self._config_frame is None:
+            self._config_frame = encode_message(self._config_message())
+        return self._config_frame
+
+    def state_requested(self, session: Session) -> None:
+        self._send_weights(session, self.scheduler.state_requested(session))
+
+    def episodes_received(self, session: Session, event: EpisodesReceived) -> None:
+        """Take a batch in (once: a resent one is confirmed again, not queued again); answer an on-policy one.
+
+        Raises:
+            IngestError: the message breaks a limit or an episode is not acceptable;
+                nothing of the message is queued.
+        """
+        seq = event.seq
+        if seq is not None and self.already_held(session.client_id, seq):
+            # Resent after a reconnect. Already handed to RLlib: confirm it
+            # again; still in the inbox: its ACK comes when sample() takes it.
+            self.stats.duplicates += 1
+            if self.already_confirmed(session.client_id, seq):
+                session.send_ack(seq)
+        else:
+            self._take(session, event)
+        if event.on_policy:
+            self._release(self.scheduler.on_policy_batch(session))
+
+    # -- loop thread: deadlines, batches, confirmations, weights -----------------
 
     def _tick(self) -> None:
         now = time.monotonic()
         for session in list(self._sessions):
             session.check_deadlines(now)
         self._loop.call_later(_TICK_S, self._tick)
-
-    def config_frame(self) -> bytes:
-        if self._config_frame is None:
-            self._config_frame = encode_message(self._config_message())
-        return self._config_frame
 
     def already_held(self, client_id: str, seq: int) -> bool:
         """Whether batch ``seq`` of ``client_id`` was taken in before (it is a resend)."""
@@ -429,30 +401,26 @@ class RLinkServer:
         while len(self._seqs) > _HELD_SEQ_MAX:
             self._seqs.popitem(last=False)
 
-    def _confirm(self, taken: list[tuple[str, int, int]]) -> None:
+    def _confirm(self, taken: Iterable[tuple[str, int, int]]) -> None:
         for client_id, seq, steps in taken:
             held, confirmed = self._seqs.get(client_id, (seq, 0))
             self._seqs[client_id] = (max(held, seq), max(confirmed, seq))
             self.stats.batches_acked += 1
             self.stats.steps_acked += steps
             session = self._by_client.get(client_id)
-            if session is not None and session.state is not SessionState.CLOSED:
+            if session is not None:
                 # If the client is between connections it resends the batch
-                # after reconnecting and is confirmed then (see Session).
-                session.send(msgs.ack(seq))
+                # after reconnecting and is confirmed then (see episodes_received).
+                session.send_ack(seq)
 
-    def ingest(self, session: Session, wire_episodes: list, seq: Optional[int] = None) -> int:
-        """Check and convert a message's episodes, then queue them. Returns env steps.
-
-        Raises:
-            IngestError: the message breaks a limit or an episode is not acceptable;
-                nothing of the message is queued.
-        """
+    def _take(self, session: Session, event: EpisodesReceived) -> None:
+        """Check and convert a message's episodes, then queue them."""
+        wire_episodes, seq = event.episodes, event.seq
         if len(wire_episodes) > self.settings.max_episodes_per_message:
             raise IngestError(
                 f"{len(wire_episodes)} episode chunks in one message; the limit is "
                 f"{self.settings.max_episodes_per_message}",
-                code="limit_exceeded",
+                code=ErrorCode.LIMIT_EXCEEDED,
             )
         episodes, steps = self._ingest(wire_episodes)
         if seq is not None:
@@ -462,56 +430,29 @@ class RLinkServer:
             # nothing to queue, and nothing that could be lost, so confirm now.
             if seq is not None:
                 self._confirm([(session.client_id, seq, 0)])
-            return 0
-        batch = SeqBatch(episodes, steps, session.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
+            return
+        batch = SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
         if self.inbox.put(batch):
             for other in self._sessions:
-                if other.state in (SessionState.READY, SessionState.PARKED):
+                if other.ready:
                     other.pause_reading()
         self.stats.batches_in += 1
         self.stats.steps_in += steps
-        session.batches_in += 1
-        session.steps_in += steps
-        if session.weights_seq_no == self._weights_seq_no:
-            self._budget.record(session.client_id, steps)
-        return steps
+        self.scheduler.delivered(session, steps, session.weights_seq_no)
 
-    def send_weights(self, session: Session, *, want: int | None = None) -> None:
-        """Send the current weights to ``session`` with its share of steps to sample."""
-        fields: dict[str, Any] = {}
-        if Extension.WANT_STEPS.value in session.extensions:
-            if want is None:
-                want = self._share_for(session) if self.on_policy else self.update_steps
-            fields["want_steps"] = want
+    def _send_weights(self, session: Session, want_steps: Optional[int]) -> None:
         if self._state_body is None:
-            raise IngestError("this runner has no weights yet", code="server_error")
-        session.send_parts(encode_set_state_parts(self._state_body, **fields))
-        session.weights_seq_no = self._weights_seq_no
+            raise IngestError("this runner has no weights yet", code=ErrorCode.SERVER_ERROR)
+        session.send_weights(self._state_body, self.scheduler.weights_seq_no, want_steps)
 
-    def _share_for(self, session: Session) -> int:
-        clients = max(1, sum(1 for s in self._sessions if s.state in (SessionState.READY, SessionState.PARKED)))
-        fair = -(-self._budget.target // clients)
-        return self._budget.assign(session.client_id, fair)
-
-    def after_on_policy_batch(self, session: Session, steps: int) -> None:
-        """``session`` sent EPISODES_AND_GET_STATE: reply now, or park it until new weights."""
-        if not self.on_policy or not self._budget.should_park():
-            self.send_weights(session)
-            return
-        session.state = SessionState.PARKED
-        self._parked[session] = None
-
-    def _release_if_needed(self) -> None:
-        """A client left with a promise: let a parked one take it over."""
-        while self._parked and not self._budget.should_park():
-            session, _ = self._parked.popitem(last=False)
-            session.state = SessionState.READY
-            self.send_weights(session)
+    def _release(self, releases: list[Release[Session]]) -> None:
+        """Carry out the scheduler's word: answer these clients with the current weights."""
+        for release in releases:
+            self._send_weights(release.client, release.want_steps)
 
     def _on_new_weights(self, state_body: bytes, seq_no: int) -> None:
-        self._set_weights(state_body, seq_no)
-        self._budget.next_update(self.update_steps)
-        self._release_parked(self.update_steps)
+        self._state_body = state_body
+        self._release(self.scheduler.new_weights(seq_no))
 
     def _extend_update(self, steps: int) -> None:
         """The learner asks for more steps with unchanged weights: release the parked.
@@ -520,21 +461,7 @@ class RLinkServer:
         weights (another runner came up short, or the batch is larger than
         this runner's share). Data sampled now still has a lag of 0.
         """
-        if not self._budget.complete:
-            return
-        self._budget.extend(steps)
-        self._release_parked(steps)
-
-    def _release_parked(self, steps: int) -> None:
-        """Answer every parked client, sharing ``steps`` among those that can be told."""
-        parked = list(self._parked)
-        self._parked.clear()
-        for session, share in zip(parked, UpdateBudget.split(steps, len(parked))):
-            session.state = SessionState.READY
-            want = None
-            if Extension.WANT_STEPS.value in session.extensions:
-                want = self._budget.assign(session.client_id, share)
-            self.send_weights(session, want=want)
+        self._release(self.scheduler.extend(steps))
 
     def _resume_all(self) -> None:
         for session in self._sessions:
@@ -575,11 +502,11 @@ class RLinkServer:
 
     def _set_weights(self, state_body: bytes, seq_no: int) -> None:
         self._state_body = state_body
-        self._weights_seq_no = seq_no
+        self.scheduler.replace_weights(seq_no)
 
     @property
     def weights_seq_no(self) -> int:
-        return self._weights_seq_no
+        return self.scheduler.weights_seq_no
 
     def _drained_from_thread(self) -> None:
         try:

@@ -1,208 +1,187 @@
-"""One connected client: its handshake, its messages, its deadlines.
+"""One connected client: the asyncio side of one :class:`~rlinks_rllib.protocol.connection.Connection`.
 
-A :class:`Session` is the asyncio protocol object of one TCP connection. It
-feeds the bytes it reads to a :class:`~rlinks_rllib.protocol.FrameDecoder`,
-acts on each message through the :class:`~.listener.RLinkServer` that owns
-it, and closes the connection with an ``ERROR`` on anything it can't accept.
-Nothing a client sends can raise out of a session: every failure ends that
-one connection and is logged and counted.
+A :class:`Session` is the asyncio protocol object of one TCP connection and
+holds only what needs I/O: the transport, the peer's address, the deadlines
+(handshake, frame, idle), pausing and resuming reads, and the bound on what
+may be queued for a slow reader. Every rule of the conversation (the
+handshake and its authentication, the frame cap before and after it,
+keep-alive PONGs, which message is legal when) is the Connection's: the
+session feeds it the bytes it reads, handles its events one at a time
+through the :class:`SessionHost` that owns it, and writes what it has to
+send. Nothing a client sends can raise out of a session: every failure ends
+that one connection with an ``ERROR`` and is logged and counted.
 
-States::
+States are the Connection's (``Connection.state``, see its module)::
 
-    handshake --PING--> ready --EPISODES_AND_GET_STATE (update complete)--> parked
-        |                 ^  ^                                                |
-        |                 |  +----------------- SET_STATE (new weights) ------+
-        +--PING (auth)--> auth --AUTH (proof checked)
+    IDLE --PING--> READY <--SET_STATE (now, or when new weights come)-- AWAITING_WEIGHTS
+      |              ^  \\--EPISODES_AND_GET_STATE-----------------------------^
+      +--PING (auth)--> AUTHENTICATING --AUTH (proof checked)--+
+
+    any state --ERROR sent, EOF, or the client's violation--> CLOSED
 
 With authentication on (:mod:`rlinks_rllib.protocol.auth`), a connection
 answers only PING and then AUTH; anything else, or a wrong proof, ends it
 with ``ERROR auth_failed`` before another message is read. Until the
 handshake is done, frames are capped at ``HANDSHAKE_MAX_FRAME_BYTES`` and
-reads go through a small buffer, so a stranger costs the runner little.
+reads go through a small buffer, so a stranger costs the runner little;
+after it, a large body is read straight into its final buffer.
+
+The session sees the server only through :class:`SessionHost`; the server
+asks the session to send weights (:meth:`Session.send_weights`) and
+confirmations (:meth:`Session.send_ack`) and never changes its state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Optional, Protocol, Union
 
-from ..protocol import (
-    AuthFailed,
-    Extension,
-    FrameDecoder,
-    MessageType,
-    ProtocolError,
-    UnsupportedMessage,
-    encode_message,
-    make_offer,
-    negotiate,
-    parse_offer,
-)
-from ..protocol import messages as msgs
-from ..protocol.auth import ServerAuth
 from ..protocol.codec import Buffer
-from ..protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
+from ..protocol.connection import (
+    Connection,
+    ConfigRequested,
+    EpisodesReceived,
+    HandshakeDone,
+    Role,
+    State,
+    StateRequested,
+)
+from ..protocol.errors import ErrorCode, ProtocolError
+from ..protocol.extensions import Extension
+from .._version import SERVER_AGENT
+from .errors import IngestError
+from .settings import RLinkSettings
+from .stats import LogLimiter, ServerStats
 
-if TYPE_CHECKING:
-    from .listener import RLinkServer
-
-__all__ = ["Session", "SessionState", "IngestError"]
+__all__ = ["Session", "SessionHost"]
 
 logger = logging.getLogger("rlinks_rllib.server")
 
 _READ_CHUNK = 256 * 1024
 _HANDSHAKE_READ_CHUNK = 4096
-_MAX_CLIENT_ID = 64
+#: Output parts smaller than this are joined into one write (headers, small
+#: messages); larger ones (the shared weights) are written as they are.
+_COALESCE_BYTES = 16 * 1024
 
 
-class IngestError(ValueError):
-    """Episodes that are well-formed RLlink but not acceptable to this runner.
+class SessionHost(Protocol):
+    """What a session needs from the server that owns it (:class:`~.listener.RLinkServer`).
 
-    Attributes:
-        code: the ``ERROR`` code to send (``bad_episode`` or ``limit_exceeded``).
+    Called on the server's loop thread only.
     """
 
-    def __init__(self, message: str, code: str = "bad_episode") -> None:
-        super().__init__(message)
-        self.code = code
+    settings: RLinkSettings
+    stats: ServerStats
+    log_limiter: LogLimiter
+    #: Extensions a session agrees to at most (``auth`` is implied by a secret).
+    extensions: frozenset[str]
+    #: The shared secret a client must prove it knows; ``None``: no authentication.
+    auth_secret: Optional[bytes]
 
+    def session_opened(self, session: "Session") -> bool:
+        """A connection was made; ``False``: too many clients, the session refuses it (and is counted)."""
 
-class SessionState(enum.Enum):
-    HANDSHAKE = "handshake"
-    AUTH = "auth"
-    READY = "ready"
-    PARKED = "parked"
-    CLOSED = "closed"
+    def session_ready(self, session: "Session") -> None:
+        """``session`` finished its handshake (``client_id`` is final)."""
 
+    def session_closed(self, session: "Session") -> None:
+        """``session`` is gone (called once, also for a refused one); forget its promises."""
 
-_SERVER_TO_CLIENT = frozenset(
-    {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK,
-     MessageType.AUTH_OK, MessageType.ENDPOINTS}
-)
-_HANDSHAKING = frozenset({SessionState.HANDSHAKE, SessionState.AUTH})
+    def config_frame(self) -> bytes:
+        """The ``SET_CONFIG`` frame, encoded once for every client."""
+
+    def state_requested(self, session: "Session") -> None:
+        """``GET_STATE``: answer with :meth:`Session.send_weights`.
+
+        Raises:
+            IngestError: the runner can't answer (it has no weights).
+        """
+
+    def episodes_received(self, session: "Session", event: EpisodesReceived) -> None:
+        """Take a batch in. For an on-policy one, answer with :meth:`Session.send_weights`, now or later.
+
+        Raises:
+            IngestError: the batch breaks a limit or an episode is not acceptable.
+        """
 
 
 class Session(asyncio.BufferedProtocol):
-    """The server's side of one client connection."""
+    """The server's side of one client connection.
 
-    def __init__(self, server: "RLinkServer", number: int) -> None:
-        self.server = server
-        self.number = number
-        self.state = SessionState.HANDSHAKE
+    Args:
+        host: the server that owns it.
+        number: the server's count of connections; names the client until it
+            gives a ``client_id`` of its own.
+    """
+
+    def __init__(self, host: SessionHost, number: int) -> None:
+        self.host = host
+        settings = host.settings
+        self.conn = Connection(Role.SERVER, extensions=host.extensions, agent=SERVER_AGENT,
+                               secret=host.auth_secret, max_frame_bytes=settings.max_frame_bytes)
         self.peer = "?"
         self.client_id = f"conn-{number}"
-        self.extensions: frozenset[str] = frozenset()
         #: Weights version the client holds: what its next batch is sampled with.
         self.weights_seq_no = 0
-        self.agent = ""
-        #: Whether the client's PING carried an ``rlinks`` offer (a keep-alive PONG answers in kind).
-        self.agent_offered = False
         self.opened_at = time.monotonic()
         self.last_activity = self.opened_at
-        self.frame_started_at: float | None = None
-        #: Size of the frame being handled, header included (the inbox counts it).
-        self.frame_bytes = 0
+        self.frame_started_at: Optional[float] = None
         self.reading_paused = False
-        self.batches_in = 0
-        self.steps_in = 0
-        self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(min(HANDSHAKE_MAX_FRAME_BYTES, server.settings.max_frame_bytes))
+        self._transport: Optional[asyncio.Transport] = None
         self._chunk = bytearray(_HANDSHAKE_READ_CHUNK)
         self._gave_body_buffer = False
-        self._auth: ServerAuth | None = None
+        #: Frames of the Connection's counts already added to the server's stats.
+        self._frames_in = self._frames_out = 0
+        #: The transport is closed (or closing) and the host was told: nothing more happens here.
+        self._closed = False
 
-    # -- asyncio protocol -------------------------------------------------
+    # -- what the server may ask ------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.server.session_opened(self)
+    @property
+    def ready(self) -> bool:
+        """Handshake done and still open: the client may send and be answered."""
+        return not self._closed and self.conn.state in (State.READY, State.AWAITING_WEIGHTS)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        body = self._decoder.next_read_buffer()
-        self._gave_body_buffer = body is not None
-        return body if body is not None else memoryview(self._chunk)
+    def speaks(self, extension: Extension) -> bool:
+        """Whether the client agreed to ``extension``."""
+        return self.conn.speaks(extension)
 
-    def buffer_updated(self, nbytes: int) -> None:
-        self.last_activity = time.monotonic()
-        self.server.stats.bytes_in += nbytes
-        try:
-            if self._gave_body_buffer:
-                messages = self._decoder.advance(nbytes)
-            else:
-                messages = self._decoder.feed(memoryview(self._chunk)[:nbytes])
-            self.frame_started_at = (self.frame_started_at or self.last_activity) if self._decoder.in_frame else None
-            for message, size in zip(messages, self._decoder.last_frame_sizes):
-                if self.state is SessionState.CLOSED:
-                    return
-                self.server.stats.frames_in += 1
-                self.frame_bytes = size
-                self._handle(message)
-        except ProtocolError as exc:
-            self.fail(exc.code, str(exc))
-        except IngestError as exc:
-            self.fail(exc.code, str(exc))
+    def send_weights(self, state_body: bytes, seq_no: int, want_steps: Optional[int]) -> None:
+        """Answer the client's request for weights (``GET_STATE`` or an on-policy batch).
 
-    def eof_received(self) -> bool:
-        try:
-            self._decoder.eof()
-        except ProtocolError as exc:
-            self._log_close(f"{exc}")
-            self.server.stats.count_error(exc.code)
-        return False  # let asyncio close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.state is not SessionState.CLOSED:
-            self._log_close(f"connection lost ({exc})" if exc else "client closed the connection")
-        self.state = SessionState.CLOSED
-        self.server.session_closed(self)
-
-    # -- sending ----------------------------------------------------------
-
-    def send(self, message: dict) -> None:
-        """Send one message (a small one: it is packed here, for this client only)."""
-        self.send_parts([encode_message(message)])
-
-    def send_parts(self, parts: list[Buffer]) -> None:
-        """Send a frame given as buffers; shared buffers (weights) are not copied."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        Args:
+            state_body: the packed weight set (shared by every client; not copied).
+            seq_no: its version, which the client's next batch is sampled with.
+            want_steps: env steps to ask for; exactly when the client speaks ``want_steps``.
+        """
+        if self._closed or self.conn.state is State.CLOSED:
             return
-        for part in parts:
-            transport.write(part)
-            self.server.stats.bytes_out += len(part) if isinstance(part, bytes) else part.nbytes
-        self.server.stats.frames_out += 1
-        queued = transport.get_write_buffer_size()
-        if queued > self.server.settings.max_write_buffer_bytes:
-            self.fail("limit_exceeded", f"client reads too slowly: {queued:,} bytes queued for it")
+        self.conn.send_state(state_body, want_steps=want_steps)
+        self.weights_seq_no = seq_no
+        self._flush()
 
-    def fail(self, code: str, reason: str) -> None:
-        """Send ``ERROR`` and close: the client did something we can't accept."""
-        if self.state is SessionState.CLOSED:
+    def send_ack(self, seq: int) -> None:
+        """Confirm batch ``seq``: RLlib has it (a client that does not take ACKs is skipped)."""
+        if not self.ready or not self.conn.speaks(Extension.ACK):
             return
-        if code == "shutting_down":
+        self.conn.send_ack(seq)
+        self._flush()
+
+    def fail(self, code: Union[ErrorCode, str], reason: str) -> None:
+        """Send ``ERROR`` and close: the client did something we can't accept (or we are stopping)."""
+        if self._closed:
+            return
+        if code == ErrorCode.SHUTTING_DOWN:
             # The normal end of a run: the client is told, nothing went wrong.
-            self._log_close(f"{reason}")
+            self._log_close(reason)
         else:
-            self.server.stats.count_error(code)
+            self.host.stats.count_error(code)
             self._log_close(f"ERROR {code}: {reason}", level=logging.WARNING)
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(encode_message(msgs.error(code, reason[:1000])))
-        self.close()
-
-    def close(self) -> None:
-        """Close after flushing what was written; the session forgets its promises."""
-        if self.state is SessionState.CLOSED:
-            return
-        self.state = SessionState.CLOSED
-        if self._transport is not None:
-            self._transport.close()
-        self.server.session_closed(self)
+        self.conn.send_error(code, reason)
+        self._flush(check_limit=False)
+        self._close()
 
     def pause_reading(self) -> None:
         if not self.reading_paused and self._transport is not None and not self._transport.is_closing():
@@ -215,111 +194,153 @@ class Session(asyncio.BufferedProtocol):
             self.reading_paused = False
             self.last_activity = time.monotonic()
 
-    # -- deadlines (called by the server's periodic check) -----------------
-
     def check_deadlines(self, now: float) -> None:
-        settings = self.server.settings
-        if self.state is SessionState.CLOSED or self.reading_paused:
+        """Close the connection if a deadline passed (the server calls this periodically)."""
+        settings = self.host.settings
+        if self._closed or self.reading_paused:
             return
-        if self.state in _HANDSHAKING and now - self.opened_at > settings.handshake_timeout_s:
-            self.fail("limit_exceeded", f"handshake not done within {settings.handshake_timeout_s:g} s of connecting")
+        conn = self.conn
+        if conn.handshaking and now - self.opened_at > settings.handshake_timeout_s:
+            self.fail(ErrorCode.LIMIT_EXCEEDED,
+                      f"handshake not done within {settings.handshake_timeout_s:g} s of connecting")
         elif self.frame_started_at is not None and now - self.frame_started_at > settings.frame_timeout_s:
             self.fail(
-                "limit_exceeded",
+                ErrorCode.LIMIT_EXCEEDED,
                 f"a frame took longer than {settings.frame_timeout_s:g} s to arrive "
-                f"({self._decoder.buffered_bytes:,} bytes so far)",
+                f"({conn.buffered_bytes:,} bytes so far)",
             )
-        elif self.state is SessionState.READY and now - self.last_activity > settings.idle_timeout_s:
-            self.fail("limit_exceeded", f"idle for more than {settings.idle_timeout_s:g} s")
+        elif conn.state is State.READY and now - self.last_activity > settings.idle_timeout_s:
+            self.fail(ErrorCode.LIMIT_EXCEEDED, f"idle for more than {settings.idle_timeout_s:g} s")
 
-    # -- messages ---------------------------------------------------------
+    # -- asyncio protocol -------------------------------------------------
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        kind = MessageType(message["type"])
-        if self.state is SessionState.HANDSHAKE:
-            if kind is not MessageType.PING:
-                if self.server.auth_secret is not None:
-                    raise AuthFailed(f"expected PING (and authentication) first, got {kind.value}")
-                raise UnsupportedMessage(f"expected PING as the first message, got {kind.value}")
-            self._on_first_ping(message)
-            return
-        if self.state is SessionState.AUTH:
-            if kind is not MessageType.AUTH:
-                raise AuthFailed(f"expected AUTH, got {kind.value}")
-            assert self._auth is not None
-            reply = self._auth.accept(message)
-            self._auth = None
-            self._handshake_done()
-            self.send(reply)
-            return
-        if kind in _SERVER_TO_CLIENT:
-            raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
-        if kind is MessageType.AUTH:
-            raise UnsupportedMessage("AUTH outside the handshake")
-        if self.state is SessionState.PARKED:
-            raise UnsupportedMessage(f"{kind.value} while waiting for SET_STATE; wait for the reply first")
-        if kind is MessageType.PING:
-            # A keep-alive: the agreement stands as made in the handshake.
-            self.send(msgs.pong(make_offer(self.extensions, agent=self.server.agent) if self.agent_offered else None))
-        elif kind is MessageType.GET_CONFIG:
-            self.send_parts([self.server.config_frame()])
-        elif kind is MessageType.GET_STATE:
-            self.server.send_weights(self)
-        elif kind is MessageType.EPISODES:
-            self._on_episodes(message, on_policy=False)
-        elif kind is MessageType.EPISODES_AND_GET_STATE:
-            self._on_episodes(message, on_policy=True)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if not self.host.session_opened(self):
+            self.fail(ErrorCode.LIMIT_EXCEEDED, f"this runner already serves {self.host.settings.max_clients} clients")
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        body = self.conn.read_buffer()
+        self._gave_body_buffer = body is not None
+        return body if body is not None else memoryview(self._chunk)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        now = self.last_activity = time.monotonic()
+        conn = self.conn
+        self.host.stats.bytes_in += nbytes
+        if self._gave_body_buffer:
+            conn.received_into(nbytes)
+            if conn.in_frame:
+                # More of a large body: nothing to act on until it is all here.
+                self.frame_started_at = self.frame_started_at or now
+                return
         else:
-            raise UnsupportedMessage(f"{kind.value} is not something a runner answers")
+            conn.receive_data(memoryview(self._chunk)[:nbytes])
+        self.frame_started_at = (self.frame_started_at or now) if conn.in_frame else None
+        self._handle_events()
 
-    def _on_first_ping(self, message: dict[str, Any]) -> None:
-        offer = parse_offer(message)
-        secret = self.server.auth_secret
-        reply_offer = None
-        extra: dict[str, Any] = {}
-        if secret is not None:
-            self._auth = ServerAuth(secret)
-            extra = self._auth.challenge(offer)
-        if offer is not None:
-            self.agent_offered = True
-            self.extensions = negotiate(offer, self.server.supported_extensions)
-            self.agent = offer.agent
-            client_id = offer.extra.get("client_id")
-            if type(client_id) is str and 0 < len(client_id) <= _MAX_CLIENT_ID:
-                self.client_id = client_id
-            reply_offer = make_offer(self.extensions, agent=self.server.agent, **extra)
-        if secret is not None:
-            self.state = SessionState.AUTH
-        else:
-            self._handshake_done()
-        self.send(msgs.pong(reply_offer))
+    def eof_received(self) -> bool:
+        self.conn.receive_eof()
+        self._handle_events(eof=True)
+        return False  # let asyncio close the transport
 
-    def _handshake_done(self) -> None:
-        self.state = SessionState.READY
-        self._decoder.max_frame_bytes = self.server.settings.max_frame_bytes
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if not self._closed:
+            self._log_close(f"connection lost ({exc})" if exc else "client closed the connection")
+            self._close()
+
+    # -- events -----------------------------------------------------------
+
+    def _handle_events(self, *, eof: bool = False) -> None:
+        """Act on every event the bytes so far complete, one at a time, then write the replies."""
+        conn = self.conn
+        stats = self.host.stats
+        try:
+            while not self._closed:
+                event = conn.next_event()
+                if event is None:
+                    break
+                kind = type(event)
+                if kind is EpisodesReceived:
+                    self.host.episodes_received(self, event)
+                elif kind is StateRequested:
+                    self.host.state_requested(self)
+                elif kind is ConfigRequested:
+                    conn.send_config(self.host.config_frame())
+                elif kind is HandshakeDone:
+                    self._handshake_done(event)
+                # ConnectionClosed: connection_lost follows.
+        except ProtocolError as exc:
+            if eof:
+                # The stream ended mid-frame: nobody is left to tell.
+                stats.count_error(exc.code)
+                self._log_close(str(exc))
+            else:
+                self.fail(exc.code, str(exc))
+        except IngestError as exc:
+            self.fail(exc.code, str(exc))
+        except Exception:  # noqa: BLE001 - a bug of ours must still end only this connection
+            logger.exception("rlinks: client %s (%s): internal error", self.client_id, self.peer)
+            self.fail(ErrorCode.SERVER_ERROR, "internal error in the runner")
+        frames = conn.frames_received
+        stats.frames_in += frames - self._frames_in
+        self._frames_in = frames
+        self._flush()
+
+    def _handshake_done(self, event: HandshakeDone) -> None:
+        if event.client_id is not None:
+            self.client_id = event.client_id
         self._chunk = bytearray(_READ_CHUNK)
-        self.server.session_ready(self)
+        self.host.session_ready(self)
         logger.info(
-            "client %s connected from %s (%s; extensions: %s)",
-            self.client_id, self.peer, self.agent or "plain RLlink", ", ".join(sorted(self.extensions)) or "none",
+            "client %s connected from %s (%s; extensions: %s)", self.client_id, self.peer,
+            event.peer_agent or "plain RLlink", ", ".join(sorted(event.extensions)) or "none",
         )
 
-    def _on_episodes(self, message: dict[str, Any], *, on_policy: bool) -> None:
-        seq = message.get("seq") if Extension.ACK.value in self.extensions else None
-        if seq is not None and self.server.already_held(self.client_id, seq):
-            # Resent after a reconnect. Already handed to RLlib: confirm it
-            # again; still in the inbox: its ACK comes when sample() takes it.
-            self.server.stats.duplicates += 1
-            if self.server.already_confirmed(self.client_id, seq):
-                self.send(msgs.ack(seq))
-            if on_policy:
-                self.server.after_on_policy_batch(self, 0)
+    # -- output -----------------------------------------------------------
+
+    def _flush(self, *, check_limit: bool = True) -> None:
+        """Write what the Connection queued; shared buffers (weights) are not copied."""
+        parts: list[Buffer] = self.conn.data_to_send()
+        if not parts:
             return
-        steps = self.server.ingest(self, message["episodes"], seq=seq)
-        if on_policy:
-            self.server.after_on_policy_batch(self, steps)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        stats = self.host.stats
+        written = 0
+        small: list[Buffer] = []
+        for part in parts:
+            size = len(part) if isinstance(part, bytes) else part.nbytes
+            written += size
+            if size < _COALESCE_BYTES:
+                small.append(part)
+                continue
+            if small:
+                transport.write(b"".join(small))
+                small = []
+            transport.write(part)
+        if small:
+            transport.write(small[0] if len(small) == 1 else b"".join(small))
+        stats.bytes_out += written
+        frames = self.conn.frames_sent
+        stats.frames_out += frames - self._frames_out
+        self._frames_out = frames
+        if check_limit:
+            queued = transport.get_write_buffer_size()
+            if queued > self.host.settings.max_write_buffer_bytes:
+                self.fail(ErrorCode.LIMIT_EXCEEDED, f"client reads too slowly: {queued:,} bytes queued for it")
+
+    def _close(self) -> None:
+        """Close after flushing what was written; the host forgets the session's promises."""
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+        self.host.session_closed(self)
 
     def _log_close(self, reason: str, level: int = logging.INFO) -> None:
-        if level >= logging.WARNING and not self.server.log_limiter.allow():
+        if level >= logging.WARNING and not self.host.log_limiter.allow():
             return  # a flood of rejections must not flood the log; the limiter reports the count
         logger.log(level, "client %s (%s) disconnected: %s", self.client_id, self.peer, reason)
