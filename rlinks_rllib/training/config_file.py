@@ -26,13 +26,15 @@ from typing import Any
 
 import yaml
 
+from ..protocol.errors import RLinksError
+
 __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
 
 SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "reporting", "fault_tolerance",
             "rlinks", "stop", "description")
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(RLinksError, ValueError):
     """A config file that can't be read or describes something invalid."""
 
 
