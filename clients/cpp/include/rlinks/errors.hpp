@@ -86,6 +86,13 @@ class NotAvailable : public Error {
   using Error::Error;
 };
 
+// The TLS session could not be set up: an untrusted certificate, or the
+// server wanted a client certificate (never retried).
+class TlsFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // The weights are not those of a model this client can run.
 class UnsupportedModel : public Error {
  public:
