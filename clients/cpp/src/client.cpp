@@ -4,7 +4,6 @@
 #include <chrono>
 #include <iostream>
 #include <thread>
-#include <type_traits>
 
 #include "rlinks/auth.hpp"
 #include "rlinks/episode_builder.hpp"

@@ -29,7 +29,8 @@ class Network {
   size_t observation_size() const { return layers_.front().inputs; }
   size_t num_outputs() const { return layers_.back().outputs; }
 
-  // The logits (RLlib's action_dist_inputs) for one observation.
+  // The logits (RLlib's action_dist_inputs) for one observation of
+  // observation_size() floats; valid until the next call.
   const std::vector<float>& logits(const float* observation);
 
   enum class Activation { linear, tanh, relu, elu, sigmoid, silu };
