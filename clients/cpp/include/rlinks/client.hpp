@@ -1,0 +1,161 @@
+// A simulator's connection to an RLlib learner over RLlink (PROTOCOL.md sections 6 and 10).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlinks/address.hpp"
+#include "rlinks/framing.hpp"
+#include "rlinks/messages.hpp"
+#include "rlinks/offer.hpp"
+#include "rlinks/runner_config.hpp"
+#include "rlinks/transport.hpp"
+#include "rlinks/weights.hpp"
+
+namespace rlinks {
+
+struct ClientOptions {
+  // Any one wait: a reply (on-policy: the learner's training step included),
+  // the server taking a frame, room in the ack window.
+  double timeout_s = 30.0;
+  double connect_timeout_s = 10.0;  // one TCP (and TLS) connection attempt
+  int retry_attempts = 5;           // connection attempts per connect, and reconnections per call
+  double backoff_initial_s = 0.2;   // exponential backoff with full jitter between attempts
+  double backoff_cap_s = 10.0;
+  // Reconnect when the connection drops mid-call (or the server is shutting
+  // down) and resend every unacknowledged batch.
+  bool reliable = false;
+  size_t max_unacked = 16;  // batches awaiting an ACK at once (flow control)
+  std::vector<std::string> extensions{"want_steps", "ack", "endpoints"};
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::string secret;  // shared secret (normalize_secret); empty: no authentication
+  TlsOptions tls;      // for tls:// addresses
+  std::string agent = "rlinks-cpp/0.1.0";
+  // Where warnings go (reconnects, batches that may be lost); default stderr.
+  std::function<void(const std::string&)> warn;
+};
+
+struct WeightsUpdate {
+  WeightSet weights;
+  std::optional<uint64_t> want_steps;  // steps wanted before the next on-policy batch, if agreed
+};
+
+struct ClientStats {
+  uint64_t batches_sent = 0;  // written in full at least once
+  uint64_t steps_sent = 0;
+  uint64_t batches_acked = 0;
+  uint64_t steps_acked = 0;
+  uint64_t batches_resent = 0;
+  uint64_t reconnects = 0;
+  size_t unacked = 0;
+};
+
+// One blocking connection to an rlinks runner (through its directory, if
+// given the directory's address) or to RLlib's own server. Not thread-safe.
+//
+// Every call connects first if needed. Errors: ConnectFailed (no attempt
+// worked), ConnectionLost, Timeout, ServerError (the server sent ERROR),
+// ProtocolError (the server broke the protocol; unexpected_message for a
+// reply out of turn, auth_failed when it can't prove it knows the secret),
+// NotAvailable, TlsFailed, UsageError.
+class Client {
+ public:
+  explicit Client(std::string_view address, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void connect();
+  // The learner's setup; nullopt when it only offers RLlib's pickle.
+  std::optional<RunnerConfig> get_config();
+  WeightsUpdate get_state();
+  // Off-policy: sends a batch of episode states and returns its seq (none
+  // without `ack`) once written; its ACK is read by later calls or flush().
+  std::optional<uint64_t> send_episodes(std::vector<Value> episodes);
+  // On-policy: sends a batch and waits for the weights trained on it.
+  WeightsUpdate send_episodes_and_get_state(std::vector<Value> episodes);
+  // Waits until every batch sent is acknowledged (no-op without `ack`).
+  void flush();
+  // Closes for good; unacknowledged batches are given up, with a warning.
+  void close();
+
+  const std::string& client_id() const { return client_id_; }
+  bool connected() const { return transport_ != nullptr; }
+  const Address& address() const { return address_; }  // the runner, once the directory named one
+  bool plain_rllib() const { return plain_; }            // the server answered a bare PONG
+  bool agreed(std::string_view extension) const;
+  const std::string& server_agent() const { return server_agent_; }
+  ClientStats stats() const;
+
+ private:
+  struct Batch {
+    std::optional<uint64_t> seq;
+    MessageType type = MessageType::episodes;
+    Bytes frame;  // kept for resending (reliable) until acknowledged
+    uint64_t steps = 0;
+    uint64_t sent_on = 0;  // generation of the connection it was last written on in full; 0: never
+    int sends = 0;
+    bool acked = false;
+  };
+
+  template <class Operation>
+  auto run(const char* what, Operation operation);
+  void recover(const char* what, const std::string& error, int& recoveries);
+  void connect_with_retries();
+  void open();
+  void handshake();
+  void authenticate(const Bytes& client_nonce, const std::optional<Offer>& server_offer);
+  void follow_directory();
+  void resend_pending();
+  void discard_connection();
+
+  std::shared_ptr<Batch> enqueue(MessageType type, std::vector<Value> episodes);
+  void make_room();
+  void send_batch(Batch& batch);
+  void on_ack(uint64_t seq);
+  WeightsUpdate weights_update(const Value& set_state) const;
+
+  void send_message(const Value& message, const std::string& what);
+  void send_frame(const Bytes& frame, const std::string& what);
+  Value await(MessageType expected, const std::string& what, const std::string& hint = "");
+  void await_ack(const std::string& what);
+  void handle_unsolicited(const Value& message, const std::string& what);
+  void drain();
+  bool pump(Deadline deadline, const std::string& what);
+  void report_violation(const ProtocolError& error);
+  void warn(const std::string& text) const;
+  void sleep_backoff(int failures);
+
+  ClientOptions options_;
+  Address given_;    // as given; when it is a directory, every (re)connect asks it again
+  Address address_;  // the one connected to
+  bool uses_directory_ = false;
+  std::string client_id_;
+  std::mt19937_64 rng_;
+
+  std::unique_ptr<Transport> transport_;
+  FrameDecoder decoder_;
+  std::deque<Value> inbox_;
+  std::vector<uint8_t> read_buffer_;
+  uint64_t generation_ = 0;
+  bool handshaken_ = false;  // ever
+  bool closed_ = false;
+  bool plain_ = false;
+  bool is_directory_ = false;
+  bool warned_no_ack_ = false;
+  std::vector<std::string> agreed_;
+  std::string server_agent_;
+
+  uint64_t next_seq_ = 1;
+  std::deque<std::shared_ptr<Batch>> pending_;
+  ClientStats counters_;
+};
+
+}  // namespace rlinks

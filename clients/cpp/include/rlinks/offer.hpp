@@ -1,0 +1,39 @@
+// The `rlinks` extension offer that PING and PONG carry (PROTOCOL.md section 10).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlinks/value.hpp"
+
+namespace rlinks {
+
+constexpr uint64_t kExtensionsVersion = 1;
+
+namespace extension {
+constexpr std::string_view want_steps = "want_steps";
+constexpr std::string_view ack = "ack";
+constexpr std::string_view auth = "auth";
+constexpr std::string_view endpoints = "endpoints";
+}  // namespace extension
+
+struct Offer {
+  uint64_t version = kExtensionsVersion;
+  std::vector<std::string> extensions;
+  std::string agent;
+  Map extra;  // every other key: client_id, auth_nonce, role, ...
+
+  bool names(std::string_view name) const;
+  const Value* get(std::string_view key) const;
+};
+
+// The `rlinks` map for a PING: version, the names sorted, agent, then `extra`.
+Value make_offer(std::vector<std::string> extensions, const std::string& agent, Map extra);
+
+// The offer in a PING or PONG; nullopt for a plain RLlink peer (no `rlinks`
+// key). Throws ProtocolError invalid_message when the offer is malformed.
+std::optional<Offer> parse_offer(const Value& message);
+
+}  // namespace rlinks

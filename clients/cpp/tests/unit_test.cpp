@@ -1,0 +1,439 @@
+// Unit tests of the codec, framing, offer, weights, policy and episode builder.
+// Prints "N passed, M failed" and exits non-zero on any failure.
+
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rlinks/address.hpp"
+#include "rlinks/episode_builder.hpp"
+#include "rlinks/framing.hpp"
+#include "rlinks/messages.hpp"
+#include "rlinks/mlp.hpp"
+#include "rlinks/msgpack.hpp"
+#include "rlinks/offer.hpp"
+#include "rlinks/sampling.hpp"
+#include "rlinks/weights.hpp"
+
+using namespace rlinks;
+
+namespace {
+
+int checks_failed = 0;
+
+#define CHECK(condition)                                                                   \
+  do {                                                                                     \
+    if (!(condition)) {                                                                    \
+      std::cout << "  " << __FILE__ << ":" << __LINE__ << ": CHECK(" #condition ") failed\n"; \
+      ++checks_failed;                                                                     \
+    }                                                                                      \
+  } while (0)
+
+// Runs `action`, which must throw ProtocolError with `code`.
+void check_refused(ErrorCode code, const std::function<void()>& action, int line) {
+  try {
+    action();
+    std::cout << "  line " << line << ": accepted, expected " << to_string(code) << "\n";
+    ++checks_failed;
+  } catch (const ProtocolError& error) {
+    if (error.code() != code) {
+      std::cout << "  line " << line << ": refused with " << to_string(error.code()) << ", expected " << to_string(code)
+                << " (" << error.what() << ")\n";
+      ++checks_failed;
+    }
+  }
+}
+#define CHECK_REFUSED(code, statement) check_refused(ErrorCode::code, [&] { statement; }, __LINE__)
+
+template <class Exception>
+bool throws(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Exception&) {
+    return true;
+  }
+  return false;
+}
+
+Bytes bytes(std::initializer_list<int> values) {
+  Bytes out;
+  for (int value : values) out.push_back(uint8_t(value));
+  return out;
+}
+
+Bytes concat(const Bytes& a, const Bytes& b) {
+  Bytes out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+Value decode(const Bytes& body) { return msgpack::decode(body.data(), body.size()); }
+
+void test_integers_use_the_shortest_form() {
+  const std::vector<std::pair<Value, Bytes>> cases{
+      {Value(0), bytes({0x00})},
+      {Value(127), bytes({0x7f})},
+      {Value(128), bytes({0xcc, 0x80})},
+      {Value(255), bytes({0xcc, 0xff})},
+      {Value(256), bytes({0xcd, 0x01, 0x00})},
+      {Value(65535), bytes({0xcd, 0xff, 0xff})},
+      {Value(65536), bytes({0xce, 0x00, 0x01, 0x00, 0x00})},
+      {Value(uint64_t(4294967296ull)), bytes({0xcf, 0, 0, 0, 1, 0, 0, 0, 0})},
+      {Value(uint64_t(18446744073709551615ull)), bytes({0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})},
+      {Value(-1), bytes({0xff})},
+      {Value(-32), bytes({0xe0})},
+      {Value(-33), bytes({0xd0, 0xdf})},
+      {Value(-128), bytes({0xd0, 0x80})},
+      {Value(-129), bytes({0xd1, 0xff, 0x7f})},
+      {Value(-32769), bytes({0xd2, 0xff, 0xff, 0x7f, 0xff})},
+      {Value(int64_t(-2147483649ll)), bytes({0xd3, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff})},
+  };
+  for (const auto& [value, wire] : cases) {
+    CHECK(msgpack::encode(value) == wire);
+    CHECK(decode(wire) == value);
+  }
+  // Wider forms than needed still decode to the same value.
+  CHECK(decode(bytes({0xd3, 0, 0, 0, 0, 0, 0, 0, 5})) == Value(5));
+  CHECK(decode(bytes({0xcd, 0x00, 0x07})) == Value(7));
+  int64_t small;
+  CHECK(Value(-7).get_int64(small) && small == -7);
+  uint64_t count;
+  CHECK(!Value(-7).get_uint64(count));
+  CHECK(!Value(true).is_count());
+}
+
+void test_other_types() {
+  CHECK(msgpack::encode(Value(1.5)) == bytes({0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}));
+  CHECK(decode(bytes({0xca, 0x3f, 0xc0, 0x00, 0x00})) == Value(1.5));  // float32 is accepted
+  CHECK(msgpack::encode(Value()) == bytes({0xc0}));
+  CHECK(msgpack::encode(Value(false)) == bytes({0xc2}));
+  CHECK(msgpack::encode(Value(std::string(31, 'a')))[0] == 0xbf);
+  CHECK(msgpack::encode(Value(std::string(32, 'a')))[0] == 0xd9);
+  CHECK(msgpack::encode(Value(std::string(256, 'a')))[0] == 0xda);
+  CHECK(msgpack::encode(Value(std::string(65536, 'a')))[0] == 0xdb);
+  CHECK(msgpack::encode(Value(Bin{Bytes(255)}))[0] == 0xc4);
+  CHECK(msgpack::encode(Value(Bin{Bytes(256)}))[0] == 0xc5);
+  CHECK(msgpack::encode(Value(Array(15)))[0] == 0x9f);
+  CHECK(msgpack::encode(Value(Array(16)))[0] == 0xdc);
+  for (const Value& value : {Value(std::string(70000, 'x')), Value(Bin{Bytes(70000, 7)}), Value(Array(70000, Value(1)))}) {
+    CHECK(decode(msgpack::encode(value)) == value);
+  }
+  Map many;
+  for (int i = 0; i < 20; ++i) many.push_back({std::to_string(i), i});
+  CHECK(msgpack::encode(Value(many))[0] == 0xde);
+  CHECK(decode(msgpack::encode(Value(many))) == Value(many));
+  // A repeated key: the last one counts, as in a Python dict.
+  const Value repeated = decode(bytes({0x82, 0xa1, 'k', 0x01, 0xa1, 'k', 0x02}));
+  CHECK(repeated.find("k") != nullptr && *repeated.find("k") == Value(2));
+}
+
+void test_refusals() {
+  CHECK_REFUSED(bad_body, decode(bytes({0xc1})));
+  CHECK_REFUSED(bad_body, decode(bytes({0xd4, 0x01, 0x00})));
+  CHECK_REFUSED(bad_body, decode(bytes({0xc7, 0x01, 0xff, 0x00})));
+  CHECK_REFUSED(bad_body, decode(bytes({0x01, 0x02})));
+  CHECK_REFUSED(bad_body, decode(bytes({0x92, 0x01})));
+  CHECK_REFUSED(bad_body, decode(bytes({0xdd, 0xff, 0xff, 0xff, 0xff})));
+  CHECK_REFUSED(bad_body, decode(bytes({0xa2, 0xc3, 0x28})));        // invalid UTF-8
+  CHECK_REFUSED(bad_body, decode(bytes({0xa3, 0xed, 0xa0, 0x80})));  // a UTF-16 surrogate
+  CHECK_REFUSED(bad_body, decode(bytes({0x81, 0x90, 0x01})));        // a list as a map key
+  Bytes deep(msgpack::kMaxDepth + 1, 0x91);
+  deep.push_back(0x01);
+  CHECK_REFUSED(bad_body, decode(deep));
+  Bytes deep_enough(msgpack::kMaxDepth, 0x91);
+  deep_enough.push_back(0x01);
+  CHECK(decode(deep_enough).is_array());
+}
+
+Bytes array_map(const char* dtype, const Bytes& data, int dim, const Bytes& kind = {}) {
+  Map entries{{Value(Bin{Bytes{'n', 'd'}}), true},
+              {Value(Bin{Bytes{'t', 'y', 'p', 'e'}}), dtype},
+              {Value(Bin{Bytes{'k', 'i', 'n', 'd'}}), Value(Bin{kind})},
+              {Value(Bin{Bytes{'s', 'h', 'a', 'p', 'e'}}), Array{dim}},
+              {Value(Bin{Bytes{'d', 'a', 't', 'a'}}), Value(Bin{data})}};
+  return msgpack::encode(Value(entries));
+}
+
+void test_arrays() {
+  // PROTOCOL.md section 4's example, np.array([1.5, -2.0], dtype="<f4").
+  const Bytes example = bytes({0x85, 0xc4, 0x02, 'n', 'd', 0xc3, 0xc4, 0x04, 't', 'y', 'p', 'e', 0xa3, '<', 'f', '4',
+                               0xc4, 0x04, 'k', 'i', 'n', 'd', 0xc4, 0x00, 0xc4, 0x05, 's', 'h', 'a', 'p', 'e', 0x91, 0x02,
+                               0xc4, 0x04, 'd', 'a', 't', 'a', 0xc4, 0x08, 0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x00, 0xc0});
+  const Value array = decode(example);
+  CHECK(array.is_ndarray() && array.as_ndarray().dtype().str() == "<f4");
+  CHECK(array.as_ndarray().number(0) == 1.5 && array.as_ndarray().number(1) == -2.0);
+  const float values[2] = {1.5f, -2.0f};
+  CHECK(msgpack::encode(Value(NdArray::from_float32({2}, values))) == example);
+  // np.int64(-7), a scalar.
+  const Bytes scalar = bytes({0x83, 0xc4, 0x02, 'n', 'd', 0xc2, 0xc4, 0x04, 't', 'y', 'p', 'e', 0xa3, '<', 'i', '8',
+                              0xc4, 0x04, 'd', 'a', 't', 'a', 0xc4, 0x08, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+  CHECK(decode(scalar).as_ndarray().is_scalar() && decode(scalar).as_ndarray().signed_at(0) == -7);
+  CHECK(msgpack::encode(decode(scalar)) == scalar);
+
+  CHECK(decode(array_map(">i2", bytes({0xff, 0xfe}), 1)).as_ndarray().signed_at(0) == -2);
+  CHECK_REFUSED(unsafe_payload, decode(array_map("|O", Bytes(8), 1, Bytes{'O'})));
+  CHECK_REFUSED(unsafe_payload, decode(array_map("|O8", Bytes(8), 1)));
+  CHECK_REFUSED(unsafe_payload, decode(array_map("<m8", Bytes(8), 1)));
+  CHECK_REFUSED(bad_body, decode(array_map("<f4", Bytes(8), 3)));
+  CHECK_REFUSED(bad_body, decode(array_map("<f3", Bytes(3), 1)));
+  CHECK_REFUSED(bad_body, decode(array_map("f", Bytes(4), 1)));
+  CHECK_REFUSED(bad_body, decode(array_map("<f4", Bytes(4), 1, Bytes{'X'})));
+
+  CHECK(DType::parse("|f4").str() == "<f4");
+  CHECK(DType::parse(">u1").str() == "|u1");
+  CHECK(DType::parse(">U3").str() == ">U3" && DType::parse(">U3").item_size == 12);
+  CHECK(DType::parse("|S5").str() == "|S5");
+  for (double value : {0.0, -0.0, 0.5, -2.0, 65504.0, 0.25, 1e-7, 6.1e-5, 3.14159}) {
+    const double back = float16_value(float16_bits(value));
+    CHECK(std::fabs(back - value) <= std::fabs(value) * 1e-3 + 6e-8);
+  }
+  CHECK(float16_bits(65520.0) == 0x7c00);  // rounds up to infinity
+  CHECK(float16_bits(1.0 + 1.0 / 2048) == 0x3c00);  // a tie rounds to even
+}
+
+Bytes frame_of(const Value& message) { return encode_frame(message); }
+
+void test_framing_split_everywhere() {
+  const Value ping = make_message(MessageType::ping);
+  CHECK(frame_of(ping) == concat(Bytes{'0', '0', '0', '0', '0', '0', '1', '1'},
+                                 bytes({0x81, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'P', 'I', 'N', 'G'})));
+  const float weights[3] = {1, 2, 3};
+  const Value state = make_message(
+      MessageType::set_state, {{"state", Map{{"rl_module", Map{{"w", NdArray::from_float32({3}, weights)}}},
+                                             {"weights_seq_no", 4}}},
+                               {"want_steps", 100}});
+  const Value ack = make_message(MessageType::ack, {{"seq", 9}});
+  const Bytes stream = concat(concat(frame_of(ping), frame_of(state)), frame_of(ack));
+  const std::vector<Value> expected{ping, state, ack};
+
+  for (size_t chunk = 1; chunk <= stream.size(); ++chunk) {
+    FrameDecoder decoder;
+    std::vector<Value> got;
+    for (size_t start = 0; start < stream.size(); start += chunk) {
+      decoder.feed(stream.data() + start, std::min(chunk, stream.size() - start), got);
+    }
+    decoder.eof();
+    CHECK(got == expected);
+  }
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    for (size_t second = cut; second <= stream.size(); second += 7) {
+      FrameDecoder decoder;
+      std::vector<Value> got;
+      decoder.feed(stream.data(), cut, got);
+      decoder.feed(stream.data() + cut, second - cut, got);
+      decoder.feed(stream.data() + second, stream.size() - second, got);
+      CHECK(got == expected);
+    }
+  }
+  // Reading bodies straight into the decoder's buffer gives the same messages.
+  FrameDecoder decoder;
+  std::vector<Value> got;
+  size_t pos = 0;
+  while (pos < stream.size()) {
+    size_t space = 0;
+    if (uint8_t* body = decoder.body_space(space)) {
+      const size_t take = std::min<size_t>(space, 5);
+      std::copy(stream.begin() + long(pos), stream.begin() + long(pos + take), body);
+      decoder.body_filled(take, got);
+      pos += take;
+    } else {
+      decoder.feed(stream.data() + pos, 3 < stream.size() - pos ? 3 : stream.size() - pos, got);
+      pos += std::min<size_t>(3, stream.size() - pos);
+    }
+  }
+  CHECK(got == expected);
+}
+
+void feed_all(FrameDecoder& decoder, const std::string& text, std::vector<Value>& got) {
+  decoder.feed(reinterpret_cast<const uint8_t*>(text.data()), text.size(), got);
+}
+
+void test_framing_refusals() {
+  std::vector<Value> got;
+  for (const std::string header : {" 0000011", "+0000011", "0000_011", "0000001a", "00000000"}) {
+    FrameDecoder decoder;
+    CHECK_REFUSED(bad_frame, feed_all(decoder, header, got));
+    CHECK_REFUSED(bad_frame, feed_all(decoder, "00000001", got));  // spent: the same error again
+  }
+  FrameDecoder small(16);
+  CHECK_REFUSED(frame_too_large, feed_all(small, "00000017", got));
+  FrameDecoder truncated;
+  feed_all(truncated, "0000001", got);
+  CHECK_REFUSED(bad_frame, truncated.eof());
+  FrameDecoder clean;
+  clean.eof();
+  CHECK(throws<UsageError>([] { encode_frame(Value(Map{{"type", "GET_ACTION"}})); }));
+  CHECK(throws<UsageError>([] { encode_frame(make_message(MessageType::ack, {{"seq", -1}})); }));
+}
+
+void test_messages() {
+  CHECK(validate_message(make_message(MessageType::episodes_and_get_state, {{"episodes", Array{}}, {"seq", 3}})) ==
+        MessageType::episodes_and_get_state);
+  CHECK_REFUSED(invalid_message, validate_message(Value(Array{})));
+  CHECK_REFUSED(invalid_message, validate_message(Value(Map{{"type", 5}})));
+  CHECK_REFUSED(unsupported_message, validate_message(Value(Map{{"type", "LOG_RETURNS"}})));
+  CHECK_REFUSED(unsupported_message, validate_message(Value(Map{{"type", "HELLO"}})));
+  CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::set_state)));
+  CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::set_state, {{"state", Map{}}, {"want_steps", true}})));
+  CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::episodes, {{"episodes", Array{1}}})));
+  CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::auth, {{"proof", "text"}})));
+}
+
+void test_offer_and_address() {
+  const Value ping = make_message(MessageType::ping, {{"rlinks", make_offer({"want_steps", "ack"}, "me/1", {{"client_id", "abc"}})}});
+  const auto offer = parse_offer(ping);
+  CHECK(offer && offer->version == 1 && offer->names("ack") && offer->names("want_steps") && offer->agent == "me/1");
+  CHECK(offer->get("client_id") != nullptr && offer->get("client_id")->as_str() == "abc");
+  CHECK(ping.find("rlinks")->find("extensions")->as_array()[0] == Value("ack"));  // sorted
+  CHECK(!parse_offer(make_message(MessageType::pong)));
+  CHECK_REFUSED(invalid_message, parse_offer(make_message(MessageType::pong, {{"rlinks", Map{{"version", 0}}}})));
+  CHECK_REFUSED(invalid_message, parse_offer(make_message(MessageType::pong, {{"rlinks", Map{{"version", 1}, {"extensions", Array{2}}}}})));
+  Value deep = Array{};
+  for (int i = 0; i < 9; ++i) deep = Array{deep};
+  CHECK_REFUSED(invalid_message, parse_offer(make_message(MessageType::pong, {{"rlinks", Map{{"version", 1}, {"x", deep}}}})));
+
+  const Address plain = parse_address("127.0.0.1:5555");
+  CHECK(plain.host == "127.0.0.1" && plain.port == 5555 && !plain.tls);
+  const Address secure = parse_address("tls://learner.example:443");
+  CHECK(secure.tls && secure.host == "learner.example" && secure.str() == "tls://learner.example:443");
+  CHECK(parse_address("[::1]:9").host == "::1");
+  CHECK(parse_address("tcp://h:1").port == 1);
+  for (const char* bad : {"nohost", "h:0", "h:65536", "h:x", ":5", "udp://h:5", "::1:5"}) {
+    CHECK(throws<UsageError>([&] { parse_address(bad); }));
+  }
+}
+
+WeightSet tiny_weights() {
+  // encoder: 2 -> 2, identity weights; pi head: 2 -> 3.
+  const float identity[4] = {1, 0, 0, 1};
+  const float zero2[2] = {0, 0};
+  const float head[6] = {1, 0, 0, 1, 1, 1};
+  const float head_bias[3] = {0, 0, 0.5f};
+  const float clip[1] = {20};
+  const Value state = Map{{"rl_module", Map{{"default_policy", Map{
+                                                {"encoder.actor_encoder.net.mlp.0.weight", NdArray::from_float32({2, 2}, identity)},
+                                                {"encoder.actor_encoder.net.mlp.0.bias", NdArray::from_float32({2}, zero2)},
+                                                {"pi.net.mlp.0.weight", NdArray::from_float32({3, 2}, head)},
+                                                {"pi.net.mlp.0.bias", NdArray::from_float32({3}, head_bias)},
+                                                {"pi.log_std_clip_param_const", NdArray::from_float32({1}, clip)},
+                                                {"vf.net.mlp.0.weight", NdArray::from_float32({1, 2}, zero2)},
+                                            }}}},
+                          {"weights_seq_no", 3}};
+  return read_weight_set(state);
+}
+
+void test_weights_and_network() {
+  const WeightSet weights = tiny_weights();
+  CHECK(weights.seq_no == 3 && weights.find("pi.net.mlp.0.bias") != nullptr);
+  CHECK_REFUSED(invalid_message, read_weight_set(Value(Map{{"rl_module", Map{}}})));
+  CHECK_REFUSED(invalid_message, read_weight_set(Value(Map{{"rl_module", Map{{"w", 1}}}, {"weights_seq_no", 0}})));
+
+  Network network = Network::from_weights(weights, "tanh", "relu", 3);
+  CHECK(network.observation_size() == 2 && network.num_outputs() == 3);
+  const float observation[2] = {0.5f, -1.0f};
+  const std::vector<float> logits = network.logits(observation);
+  const float a = std::tanh(0.5f), b = std::tanh(-1.0f);
+  CHECK(std::fabs(logits[0] - a) < 1e-6 && std::fabs(logits[1] - b) < 1e-6 && std::fabs(logits[2] - (a + b + 0.5f)) < 1e-6);
+  CHECK(std::fabs(Network::from_weights(weights, "relu", "relu", 3).logits(observation)[1]) < 1e-9);
+  CHECK(throws<UnsupportedModel>([&] { Network::from_weights(weights, "tanh", "relu", 2); }));
+  CHECK(throws<UnsupportedModel>([&] { Network::from_weights(weights, "gelu", "relu", 3); }));
+
+  std::mt19937_64 rng(7);
+  const float logits3[3] = {0.0f, std::log(2.0f), std::log(7.0f)};
+  std::map<int64_t, int> counts;
+  for (int i = 0; i < 10000; ++i) {
+    const SampledAction sampled = sample_categorical(logits3, 3, rng);
+    ++counts[sampled.action];
+    const double expected = std::log(std::vector<double>{0.1, 0.2, 0.7}[size_t(sampled.action)]);
+    CHECK(std::fabs(sampled.logp - expected) < 1e-5);
+  }
+  CHECK(counts[0] > 850 && counts[0] < 1150 && counts[2] > 6700 && counts[2] < 7300);
+}
+
+void test_episode_builder() {
+  EpisodeBuilder builder(2, {{"action_dist_inputs", 2}, {"action_logp", 0}}, 4);
+  const float logits[2] = {0.1f, 0.2f};
+  const float logp = -0.5f;
+  float observation[2] = {0, 0};
+  const std::string first_id = builder.reset(observation);
+  for (int t = 1; t <= 3; ++t) {
+    observation[0] = float(t);
+    builder.step(t % 2, 1.0, observation, false, false, {logits, &logp});
+  }
+  CHECK(builder.num_steps() == 3);
+  std::vector<Value> chunks = builder.take_chunks();
+  CHECK(chunks.size() == 1 && episode_steps(chunks[0]) == 3);
+  const Value& chunk = chunks[0];
+  CHECK(*chunk.find("id_") == Value(first_id) && *chunk.find("t_started") == Value(0) && *chunk.find("t") == Value(3));
+  const NdArray& observations = chunk.find("observations")->find("data")->as_ndarray();
+  CHECK((observations.shape() == std::vector<uint64_t>{4, 2}) && observations.number(6) == 3.0);
+  CHECK((chunk.find("extra_model_outputs")->find("action_dist_inputs")->find("data")->as_ndarray().shape() ==
+         std::vector<uint64_t>{3, 2}));
+  CHECK(chunk.find("actions")->find("data")->as_ndarray().dtype().str() == "<i8");
+  CHECK(chunk.find("infos")->find("data")->as_array().size() == 4);
+  CHECK(*chunk.find("infos")->find("finalized") == Value(false));
+
+  // The next chunk continues the episode: same id, t_started 3, the last observation first.
+  for (int t = 4; t <= 9; ++t) {
+    observation[0] = float(t);
+    builder.step(0, 1.0, observation, t == 9, false, {logits, &logp});
+  }
+  chunks = builder.take_chunks();
+  CHECK(chunks.size() == 2);  // cut at 4 steps on its own, then finished
+  CHECK(*chunks[0].find("id_") == Value(first_id) && *chunks[0].find("t_started") == Value(3) &&
+        *chunks[0].find("t") == Value(7));
+  CHECK(chunks[0].find("observations")->find("data")->as_ndarray().number(0) == 3.0);
+  CHECK(*chunks[1].find("t_started") == Value(7) && *chunks[1].find("t") == Value(9));
+  CHECK(*chunks[1].find("is_terminated") == Value(true) && *chunks[0].find("is_terminated") == Value(false));
+  CHECK(!builder.running() && builder.take_chunks().empty());
+  // Every chunk goes on the wire as a valid message.
+  const Bytes frame = encode_frame(make_message(MessageType::episodes, {{"episodes", Array(chunks.begin(), chunks.end())}}));
+  CHECK(frame.size() > kHeaderBytes);
+
+  // A reset in the middle of an episode ends it as truncated; a new id follows.
+  const std::string second_id = builder.reset(observation);
+  builder.step(1, 1.0, observation, false, false, {logits, &logp});
+  CHECK(builder.reset(observation) != second_id);
+  chunks = builder.take_chunks();
+  CHECK(chunks.size() == 1 && *chunks[0].find("is_truncated") == Value(true));
+  CHECK(throws<UsageError>([&] { builder.step(0, std::nan(""), observation, false, false, {logits, &logp}); }));
+  CHECK(throws<UsageError>([&] { builder.step(0, 1.0, observation, false, false, {logits}); }));
+}
+
+}  // namespace
+
+int main() {
+  const std::vector<std::pair<const char*, void (*)()>> tests{
+      {"integers use the shortest form", test_integers_use_the_shortest_form},
+      {"other types", test_other_types},
+      {"refusals", test_refusals},
+      {"arrays", test_arrays},
+      {"framing split everywhere", test_framing_split_everywhere},
+      {"framing refusals", test_framing_refusals},
+      {"messages", test_messages},
+      {"offer and address", test_offer_and_address},
+      {"weights and network", test_weights_and_network},
+      {"episode builder", test_episode_builder},
+  };
+  int passed = 0, failed = 0;
+  for (const auto& [name, test] : tests) {
+    const int before = checks_failed;
+    try {
+      test();
+    } catch (const std::exception& error) {
+      std::cout << "  exception: " << error.what() << "\n";
+      ++checks_failed;
+    }
+    if (checks_failed == before) {
+      ++passed;
+    } else {
+      ++failed;
+      std::cout << "FAIL " << name << "\n";
+    }
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed == 0 ? 0 : 1;
+}
