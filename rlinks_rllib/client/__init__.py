@@ -5,6 +5,7 @@ Imports :mod:`rlinks_rllib.protocol` only; works without Ray.
 
 from .address import Address, parse_address
 from .connection import ClientStats, RLinkClient, WeightsUpdate
+from .directory import ask_directory
 from .errors import (
     AuthenticationFailed,
     ClientClosed,
@@ -35,5 +36,6 @@ __all__ = [
     "TLSFailed",
     "TLSNotAvailable",
     "WeightsUpdate",
+    "ask_directory",
     "parse_address",
 ]

@@ -5,7 +5,7 @@ Accepted forms::
     HOST:PORT            localhost:5555, 10.0.0.7:5555
     tcp://HOST:PORT      the same, with the scheme spelled out
     [V6]:PORT            [::1]:5555, tcp://[fe80::1%eth0]:5555
-    tls://HOST:PORT      recognised; refused by the client until TLS exists
+    tls://HOST:PORT      the same over TLS
 
 A ``(host, port)`` tuple or an :class:`Address` is taken as is (checked).
 """

@@ -5,6 +5,11 @@ extensions offered, and plain RLlink when the server is RLlib's own), the
 learner's config, weights, and batches of episodes. Every wait is bounded by
 ``timeout``; connecting is retried with exponential backoff and full jitter.
 
+The rules of the conversation (what may be sent and received when, what the
+offer holds, what an ``ACK`` confirms) are those of
+:class:`~rlinks_rllib.protocol.connection.Connection`, one per TCP connection;
+this module decides when to connect, reconnect and send a batch again.
+
 Delivery
 --------
 
@@ -42,20 +47,10 @@ is refused with :class:`AuthenticationFailed`.
 
 from __future__ import annotations
 
-import collections
-import functools
-import importlib.metadata
 import logging
 import math
-import os
-import random
-import socket
+import pickle
 import time
-
-try:
-    import ssl
-except ImportError:  # pragma: no cover - Python built without OpenSSL
-    ssl = None  # type: ignore[assignment]
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -63,18 +58,18 @@ from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
-from ..protocol.auth import SECRET_ENV, ClientAuth, load_secret, normalize_secret
+from .._version import CLIENT_AGENT
+from ..protocol.auth import SECRET_ENV, load_secret, normalize_secret
+from ..protocol.connection import Acked, ConfigReceived, Connection, HandshakeDone, Role, StateReceived
 from ..protocol.episodes import episode_len
-from ..protocol.errors import AuthFailed, FrameError, FrameTooLarge, ProtocolError
-from ..protocol.extensions import Extension, make_offer, negotiate, parse_offer
-from ..protocol.config import read_config
-from ..protocol.framing import FrameDecoder, encode_message_parts
+from ..protocol.errors import ErrorCode
+from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 from ..protocol.messages import MessageType
-from ..protocol.weights import read_state
+from ..protocol.window import AckWindow, Batch, seq_range
 from .address import Address, AddressLike, parse_address
+from .directory import fetch_endpoints
 from .errors import (
-    AuthenticationFailed,
     ClientClosed,
     ClientError,
     ConnectFailed,
@@ -82,60 +77,19 @@ from .errors import (
     PickledConfigRefused,
     ProtocolViolation,
     ServerError,
-    ServerTimeout,
-    TLSFailed,
-    TLSNotAvailable,
 )
+from .link import Link
+from .retry import RetryPolicy, backoff_delay
+from .transport import Transport, tls_context
 
 __all__ = ["RLinkClient", "WeightsUpdate", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
 
 #: What the client offers in its PING unless told otherwise.
 DEFAULT_EXTENSIONS = (Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value)
 
-#: The ``ERROR`` code after which reliable mode reconnects instead of raising.
-_RECONNECT_CODES = frozenset({"shutting_down"})
-
-_RECV_CHUNK = 64 * 1024
-#: Non-blocking reads per drain; whatever is left waits for the next read.
-_MAX_DRAIN_READS = 64
-_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")
-_MAX_SERVER_TEXT = 4096
+_ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
 
 T = TypeVar("T")
-
-
-def _iov_max() -> int:
-    names = getattr(os, "sysconf_names", {})
-    if "SC_IOV_MAX" in names:
-        value = os.sysconf("SC_IOV_MAX")
-        if value > 0:
-            return value
-    return 16  # POSIX's guaranteed minimum
-
-
-_IOV_MAX = _iov_max()
-
-#: Handshake failures that mean "this is not the server you trust"; never retried.
-_CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
-
-
-@functools.lru_cache(maxsize=1)
-def _agent() -> str:
-    try:
-        version = importlib.metadata.version("rlinks-rllib")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"  # running from a source tree that isn't installed
-    return f"rlinks-rllib-client/{version}"
-
-
-def backoff_delay(failures: int, initial: float, cap: float, rng: random.Random) -> float:
-    """Seconds to wait after ``failures`` failed attempts (0 for the first failure).
-
-    Exponential backoff with full jitter: uniform in ``[0, min(cap,
-    initial * 2**failures)]``, so many clients of a restarted learner don't
-    all come back at the same instant.
-    """
-    return rng.uniform(0.0, min(cap, initial * 2.0 ** min(failures, 64)))
 
 
 @dataclass(frozen=True)
@@ -174,18 +128,6 @@ class ClientStats:
     unacked: int = 0
 
 
-@dataclass(eq=False)
-class _Batch:
-    seq: Optional[int]
-    kind: MessageType
-    parts: list
-    steps: int
-    #: Generation of the connection it was last written on in full; 0: never.
-    sent_on: int = 0
-    sends: int = 0
-    acked: bool = False
-
-
 @dataclass
 class _Counters:
     sent: int = 0
@@ -194,6 +136,23 @@ class _Counters:
     steps_acked: int = 0
     resent: int = 0
     reconnects: int = 0
+
+
+@dataclass(eq=False)
+class _Job:
+    """One call's batch, followed across reconnects.
+
+    Attributes:
+        batch: its record (replaced if it had to be encoded again on a new connection).
+        states, timesteps, on_policy: what to encode it from again.
+        queued_on: the connection whose output holds it, unwritten, right after :meth:`RLinkClient._queue`.
+    """
+
+    batch: Batch
+    states: list
+    timesteps: int
+    on_policy: bool
+    queued_on: int
 
 
 class RLinkClient:
@@ -277,11 +236,8 @@ class RLinkClient:
         #: The address given; if it turns out to be a directory, every
         #: (re)connect asks it again which runner to use.
         self.given_address: Address = self.address
-        self._is_directory = False
-        self._uses_directory = False
-        self._ssl_context = _check_transport(self.address, ca_file, cert_file, key_file, tls_server_name)
-        self._tls_server_name_given = tls_server_name
-        self._tls_server_name = tls_server_name or self.address.host
+        self._ssl_context = tls_context(self.address, ca_file, cert_file, key_file, tls_server_name)
+        self._tls_server_name = tls_server_name
         if secret is not None and secret_file is not None:
             raise ValueError("pass secret or secret_file, not both")
         self._secret: Optional[bytes] = normalize_secret(secret) if secret is not None else load_secret(secret_file)
@@ -294,34 +250,31 @@ class RLinkClient:
         if type(max_frame_bytes) is not int or not 0 < max_frame_bytes <= MAX_BODY_BYTES:
             raise ValueError(f"max_frame_bytes must be an int in 1..{MAX_BODY_BYTES:,}, got {max_frame_bytes!r}")
         self.max_frame_bytes = max_frame_bytes
-        names = {e.value if isinstance(e, Extension) else e for e in extensions}
-        unknown = names - {e.value for e in Extension}
-        if unknown:
-            raise ValueError(f"unknown extensions {sorted(map(str, unknown))}; known: {[e.value for e in Extension]}")
+        names = frozenset(e.value if isinstance(e, Extension) else e for e in extensions)
         if Extension.AUTH.value in names:
             raise ValueError(f"'auth' is offered when there is a secret: pass secret=, secret_file= or set ${SECRET_ENV}")
-        self.extensions: frozenset[str] = frozenset(names)
+        self.extensions: frozenset[str] = names
         self.reliable = bool(reliable)
         self.unsafe_allow_pickle = bool(unsafe_allow_pickle)
         self._log = logger if logger is not None else logging.getLogger(__name__)
 
         self._client_id = uuid.uuid4().hex
-        self._rng = random.Random()
+        self._retry = RetryPolicy(self.retry_attempts, self.backoff_initial, self.backoff_cap)
         self._sleep: Callable[[float], None] = time.sleep
-        self._sock: Optional[socket.socket] = None
-        self._decoder: Optional[FrameDecoder] = None
-        self._inbox: collections.deque[dict] = collections.deque()
-        self._generation = 0
-        self._handshaken = False
-        self._closed = False
-        self._plain = False
-        self._agreed: frozenset[str] = frozenset()
-        self._server_agent = ""
-        self._next_seq = 1
-        self._pending: collections.deque[_Batch] = collections.deque()
+        #: The batches awaiting an ACK, across connections.
+        self._window = AckWindow(self.max_unacked)
         self._counters = _Counters()
+        self._new_connection()  # checks the extension names (ValueError)
+
+        # The client's state: the live connection, if any; how many were
+        # opened (a batch records the one it was written on); the last
+        # completed handshake; whether the address is a directory; closed.
+        self._link: Optional[Link] = None
+        self._generation = 0
+        self._server: Optional[HandshakeDone] = None
+        self._uses_directory = False
+        self._closed = False
         self._warned_no_ack = False
-        self._in_handshake = False
 
     # ------------------------------------------------------------------
     # Properties
@@ -334,7 +287,7 @@ class RLinkClient:
     @property
     def connected(self) -> bool:
         """Whether a handshaken connection is open now."""
-        return self._sock is not None
+        return self._link is not None
 
     @property
     def server_extensions(self) -> frozenset[str]:
@@ -343,8 +296,7 @@ class RLinkClient:
         Raises:
             ClientError: no handshake has happened yet.
         """
-        self._require_handshake()
-        return self._agreed
+        return self._require_handshake().extensions
 
     @property
     def is_plain_rllib(self) -> bool:
@@ -353,8 +305,7 @@ class RLinkClient:
         Raises:
             ClientError: no handshake has happened yet.
         """
-        self._require_handshake()
-        return self._plain
+        return self._require_handshake().plain
 
     @property
     def authenticated(self) -> bool:
@@ -369,7 +320,7 @@ class RLinkClient:
     @property
     def server_agent(self) -> str:
         """The server's ``agent`` string from the last handshake ('' if it sent none)."""
-        return self._server_agent
+        return self._server.peer_agent if self._server is not None else ""
 
     @property
     def stats(self) -> ClientStats:
@@ -382,8 +333,13 @@ class RLinkClient:
             steps_acked=c.steps_acked,
             batches_resent=c.resent,
             reconnects=c.reconnects,
-            unacked=len(self._pending),
+            unacked=len(self._window.pending),
         )
+
+    @property
+    def _sock(self) -> Any:
+        """The live connection's socket, or ``None`` (for ``select`` in tests)."""
+        return self._link.transport.sock if self._link is not None else None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self.connected else "not connected")
@@ -398,7 +354,7 @@ class RLinkClient:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         """Wait for outstanding ACKs (when leaving normally), then close."""
         try:
-            if exc_type is None and self._pending and not self._closed:
+            if exc_type is None and self._window.pending and not self._closed:
                 self.flush()
         finally:
             self.close()
@@ -416,7 +372,7 @@ class RLinkClient:
             ClientClosed: :meth:`close` was called.
         """
         self._check_open()
-        if self._sock is None:
+        if self._link is None:
             try:
                 self._connect()
             except BaseException:
@@ -434,13 +390,13 @@ class RLinkClient:
         if self._closed:
             return
         self._closed = True
-        if self._pending:
+        if self._window.pending:
             self._log.warning(
                 "closing the connection to %s with %d batch(es) not acknowledged (seq %s); "
                 "call flush() first to wait for them",
-                self.address, len(self._pending), _seq_range(self._pending),
+                self.address, len(self._window.pending), seq_range(self._window.pending),
             )
-            self._pending.clear()
+            self._window.clear()
         self._discard_connection()
 
     # ------------------------------------------------------------------
@@ -459,27 +415,23 @@ class RLinkClient:
             ConnectFailed, ConnectionLost, ServerTimeout, ServerError,
             ProtocolViolation, ClientClosed: see :meth:`connect` and the class docs.
         """
-
-        def op() -> dict:
-            self._drain()
-            self._send_message({"type": MessageType.GET_CONFIG.value}, "GET_CONFIG")
-            return self._await(MessageType.SET_CONFIG, "SET_CONFIG (after GET_CONFIG)")
-
-        message = self._run("get_config", op)
-        try:
-            config = read_config(message)
-        except ProtocolError as exc:
-            raise ProtocolViolation(f"{self.address} sent a malformed SET_CONFIG: {exc}", code=exc.code) from exc
-        if config is not None:
-            return config
-        raw = message["config"]
+        reply = self._run("get_config", lambda: self._ask(
+            Connection.send_get_config, "GET_CONFIG", ConfigReceived, "SET_CONFIG (after GET_CONFIG)"
+        ))
+        if reply.description is not None:
+            return reply.description
+        if reply.pickled is None:
+            raise ProtocolViolation(
+                f"{self.address} sent a SET_CONFIG with neither a description nor RLlib's pickle",
+                code=ErrorCode.INVALID_MESSAGE.value,
+            )
         if not self.unsafe_allow_pickle:
             raise PickledConfigRefused(
-                f"{self.address} offers its config only as a Python pickle ({len(raw):,} bytes; "
+                f"{self.address} offers its config only as a Python pickle ({len(reply.pickled):,} bytes; "
                 "RLlib's own server does this). Unpickling runs code chosen by the server, so it is off. "
                 "Use an rlinks-rllib learner, or pass unsafe_allow_pickle=True for a server you fully trust."
             )
-        return _unpickle_config(raw)
+        return _unsafe_unpickle_config(reply.pickled)
 
     def get_state(self) -> WeightsUpdate:
         """The learner's current weights.
@@ -488,13 +440,9 @@ class RLinkClient:
             ConnectFailed, ConnectionLost, ServerTimeout, ServerError,
             ProtocolViolation, ClientClosed.
         """
-
-        def op() -> dict:
-            self._drain()
-            self._send_message({"type": MessageType.GET_STATE.value}, "GET_STATE")
-            return self._await(MessageType.SET_STATE, "SET_STATE (after GET_STATE)")
-
-        return self._weights(self._run("get_state", op))
+        return _weights(self._run("get_state", lambda: self._ask(
+            Connection.send_get_state, "GET_STATE", StateReceived, "SET_STATE (after GET_STATE)"
+        )))
 
     def send_episodes(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> Optional[int]:
         """Send a batch of episode chunks (off-policy); returns its ``seq`` (``None`` without ``ack``).
@@ -517,15 +465,9 @@ class RLinkClient:
         """
         states, steps, timesteps = self._prepare(episodes, timesteps)
         self._run("send_episodes", self._make_room)
-        batch = self._enqueue(MessageType.EPISODES, states, steps, timesteps)
-
-        def op() -> None:
-            self._drain()
-            if batch.sent_on != self._generation:
-                self._send_batch(batch)
-
-        self._run("send_episodes", op)
-        return batch.seq
+        job = self._queue(states, steps, timesteps, on_policy=False)
+        self._run("send_episodes", lambda: self._deliver(job))
+        return job.batch.seq
 
     def send_episodes_and_get_state(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> WeightsUpdate:
         """Send an on-policy batch and wait for the weights trained on it.
@@ -536,35 +478,15 @@ class RLinkClient:
             The same as :meth:`send_episodes`.
         """
         what = "send_episodes_and_get_state"
-        kind = MessageType.EPISODES_AND_GET_STATE
         states, steps, timesteps = self._prepare(episodes, timesteps)
         self._run(what, self._make_room)
-        batch = self._enqueue(MessageType.EPISODES_AND_GET_STATE, states, steps, timesteps)
+        job = self._queue(states, steps, timesteps, on_policy=True)
 
-        def op() -> dict:
-            self._drain()
-            if batch.sent_on != self._generation:
-                if batch.sent_on and batch.seq is None:
-                    # Written in full on a connection that then dropped, and
-                    # nothing says whether it arrived: don't risk a duplicate.
-                    self._send_message({"type": MessageType.GET_STATE.value}, "GET_STATE")
-                elif batch.acked:
-                    # Confirmed (RLlib has it) before the connection dropped;
-                    # sending it again could train on it twice (a restarted
-                    # runner can't know it). Ask for the weights it is owed:
-                    # an empty batch without seq waits for them like any other.
-                    self._send_message(
-                        {"type": kind.value, "episodes": [], "timesteps": 0}, f"{kind.value} (empty)"
-                    )
-                else:
-                    self._send_batch(batch)
-            return self._await(
-                MessageType.SET_STATE,
-                "SET_STATE (after our on-policy batch)",
-                hint="; on-policy, this includes the learner's training step: raise `timeout` if it takes longer",
-            )
+        def op() -> StateReceived:
+            self._deliver(job)
+            return self._live().wait_for(StateReceived, "SET_STATE (after our on-policy batch)", hint=_ON_POLICY_HINT)
 
-        return self._weights(self._run(what, op))
+        return _weights(self._run(what, op, job))
 
     def flush(self) -> None:
         """Wait until every batch sent so far is acknowledged (no-op without ``ack``).
@@ -574,106 +496,186 @@ class RLinkClient:
             ConnectFailed, ConnectionLost, ServerError, ProtocolViolation, ClientClosed.
         """
         self._check_open()
-        if not self._pending:
+        if not self._window.pending:
             return
 
         def op() -> None:
-            self._drain()
-            while self._pending:
-                self._await(None, f"ACK ({len(self._pending)} batch(es) unacknowledged, seq {_seq_range(self._pending)})")
+            link = self._live()
+            link.poll()
+            pending = self._window.pending
+            while pending:
+                link.wait_for(Acked, f"ACK ({len(pending)} batch(es) unacknowledged, seq {seq_range(pending)})")
 
         self._run("flush", op)
 
     # ------------------------------------------------------------------
+    # Requests and batches (each an op of _run: safe to run again after a reconnect)
+
+    def _ask(self, send: Callable[[Connection], None], sent: str, kind: type[T], what: str) -> T:
+        link = self._live()
+        link.poll()
+        send(link.conn)
+        link.write(sent)
+        return link.wait_for(kind, what)
+
+    def _make_room(self) -> None:
+        link = self._live()
+        link.poll()
+        while self._window.full:
+            link.wait_for(
+                Acked,
+                f"ACK ({len(self._window.pending)} batches unacknowledged, max_unacked={self.max_unacked})",
+            )
+
+    def _queue(self, states: list, steps: int, timesteps: int, *, on_policy: bool) -> _Job:
+        """Encode a batch on the live connection (numbered if it acknowledges); nothing is written yet.
+
+        Raises what encoding raises (FrameTooLarge, TypeError, UnsafePayload),
+        with the connection left as it was.
+        """
+        batch = self._live().conn.send_episodes(
+            states, steps=steps, timesteps=timesteps, on_policy=on_policy, keep_for_resend=self.reliable
+        )
+        return _Job(batch, states, timesteps, on_policy, queued_on=self._generation)
+
+    def _deliver(self, job: _Job) -> None:
+        """Get ``job``'s batch (or, on-policy, what stands for it) written on the live connection."""
+        batch = job.batch
+        if batch.sent_on == self._generation:
+            return  # written on this connection, by us or by the reconnect
+        link = self._live()
+        if job.queued_on != self._generation:  # what was queued went with an older connection
+            link.poll()
+            if job.on_policy and batch.sent_on and batch.seq is None:
+                # Written in full on a connection that then dropped, and
+                # nothing says whether it arrived: don't risk a duplicate.
+                link.conn.send_get_state()
+                link.write("GET_STATE")
+                return
+            if job.on_policy and batch.acked:
+                # Confirmed (RLlib has it) before the connection dropped;
+                # sending it again could train on it twice (a restarted
+                # runner can't know it). Ask for the weights it is owed:
+                # an empty batch without seq waits for them like any other.
+                link.conn.send_episodes([], steps=0, timesteps=0, on_policy=True, numbered=False)
+                link.write(f"{batch.kind.value} (empty)")
+                return
+            job.batch = link.conn.send_episodes(
+                job.states, steps=batch.steps, timesteps=job.timesteps, on_policy=job.on_policy,
+                keep_for_resend=self.reliable,
+            )
+            job.batch.sends = batch.sends
+            job.queued_on = self._generation
+        link.write(job.batch.kind.value)
+        self._written(job.batch)
+
+    def _written(self, batch: Batch) -> None:
+        batch.sent_on = self._generation
+        batch.sends += 1
+        if batch.sends == 1:
+            self._counters.sent += 1
+            self._counters.steps += batch.steps
+        else:
+            self._counters.resent += 1
+        if not self.reliable:
+            batch.parts = []  # never resent; let the arrays go
+
+    def _on_ack(self, event: Acked) -> None:
+        if event.batch is None:
+            # Acknowledged before; a resend after a reconnect gets a second ACK.
+            self._log.debug("duplicate ACK for seq %d from %s", event.seq, self.address)
+            return
+        self._counters.acked += 1
+        self._counters.steps_acked += event.batch.steps
+
+    # ------------------------------------------------------------------
     # Retry and reconnection
 
-    def _run(self, what: str, op: Callable[[], T]) -> T:
+    def _run(self, what: str, op: Callable[[], T], job: Optional[_Job] = None) -> T:
         """Run ``op`` on a live connection; in reliable mode, reconnect and rerun it after a drop.
 
         ``op`` must be safe to run again: it checks what the reconnection
-        already resent. Any exception closes the connection, since the stream
-        may be mid-frame or a reply may still be on its way.
+        already resent. ``job`` is the on-policy batch ``op`` waits on, if
+        any (see :meth:`_resume`). Any exception closes the connection, since
+        the stream may be mid-frame or a reply may still be on its way.
         """
         self._check_open()
         recoveries = 0
         while True:
             try:
-                if self._sock is None:
-                    self._connect()
+                if self._link is None:
+                    self._connect(job)
                 return op()
             except (ConnectionLost, ServerError) as exc:
                 self._discard_connection()
                 if self._closed:
                     raise ClientClosed(f"{what}: the client was closed") from exc
-                if not self._recoverable(exc):
+                if not (self.reliable and self._retry.retryable(exc)):
                     raise
-                if recoveries >= self.retry_attempts:
+                if recoveries >= self._retry.attempts:
                     raise ConnectionLost(
                         f"{what}: the connection to {self.address} kept dropping; "
                         f"gave up after {recoveries} reconnection(s). Last error: {exc}"
                     ) from exc
-                if not self._warned_no_ack and Extension.ACK.value not in self._agreed:
+                if not self._warned_no_ack and not self._acknowledged():
                     self._warned_no_ack = True
                     self._log.warning(
                         "%s does not acknowledge batches (plain RLlink): a batch in flight when "
                         "the connection dropped may be lost", self.address,
                     )
                 self._log.warning("connection to %s lost during %s (%s); reconnecting", self.address, what, exc)
-                self._sleep(backoff_delay(recoveries, self.backoff_initial, self.backoff_cap, self._rng))
+                self._sleep(self._retry.delay(recoveries))
                 recoveries += 1
             except BaseException:
                 self._discard_connection()
                 raise
 
-    def _recoverable(self, exc: ClientError) -> bool:
-        if not self.reliable:
-            return False
-        if isinstance(exc, ServerError):
-            return exc.code in _RECONNECT_CODES
-        return True
-
-    def _connect(self) -> None:
+    def _connect(self, job: Optional[_Job] = None) -> None:
         """Open a connection and handshake, retrying with backoff; then resend pending batches."""
         last: Optional[BaseException] = None
-        for attempt in range(self.retry_attempts):
+        for attempt in range(self._retry.attempts):
             if attempt:
-                self._sleep(backoff_delay(attempt - 1, self.backoff_initial, self.backoff_cap, self._rng))
+                self._sleep(self._retry.delay(attempt - 1))
             self._check_open()
             if self._uses_directory:
                 self.address = self.given_address
             try:
-                self._open()
-                self._handshake()
-                self._via_directory()
-                if self._handshaken:
+                done = self._open()
+                if done.peer_is_directory:
+                    done = self._via_directory()
+                if self._server is not None:
                     self._counters.reconnects += 1
-                self._handshaken = True
-                self._after_handshake()
+                self._server = done
+                self._resume(job)
                 return
-            except ServerError as exc:
-                if exc.code not in _RECONNECT_CODES:
+            except (ClientError, OSError) as exc:
+                if not self._retry.retryable(exc):
                     raise
                 last = exc
-            except ConnectionLost as exc:
-                last = exc
-            except ClientError:
-                raise
-            except _CERTIFICATE_ERRORS as exc:
-                raise TLSFailed(
-                    f"{self.address}: the server's certificate is not trusted: {exc}. "
-                    "Is ca_file the CA that signed it, and is it made out to this host name?"
-                ) from exc
-            except OSError as exc:  # refused, unreachable, DNS, connect timeout
-                last = exc
             self._discard_connection()
-            self._log.debug("connection attempt %d/%d to %s failed: %s", attempt + 1, self.retry_attempts, self.address, last)
+            self._log.debug("connection attempt %d/%d to %s failed: %s", attempt + 1, self._retry.attempts,
+                            self.address, last)
         raise ConnectFailed(
-            f"could not connect to {self.address} after {self.retry_attempts} attempt(s): {last}; "
+            f"could not connect to {self.address} after {self._retry.attempts} attempt(s): {last}; "
             "is the learner running and is the port right?"
         ) from last
 
-    def _via_directory(self) -> None:
-        """If we reached a directory, ask it for the runners and connect to the first that answers.
+    def _new_connection(self) -> Connection:
+        return Connection(
+            Role.CLIENT, extensions=self.extensions, agent=CLIENT_AGENT, secret=self._secret,
+            client_id=self._client_id, max_frame_bytes=self.max_frame_bytes, window=self._window,
+        )
+
+    def _open(self) -> HandshakeDone:
+        """Connect to :attr:`address` and do the handshake; the connection is the client's live one from here."""
+        transport = Transport.open(self.address, connect_timeout=self.connect_timeout,
+                                   ssl_context=self._ssl_context, server_name=self._tls_server_name)
+        self._link = Link(transport, self._new_connection(), timeout=self.timeout, on_ack=self._on_ack, log=self._log)
+        self._generation += 1
+        return self._link.handshake()
+
+    def _via_directory(self) -> HandshakeDone:
+        """We reached a directory: ask it for the runners and connect to the first that answers.
 
         Runners come least-loaded first; one that refuses or fails its
         handshake is skipped, so a client finds a live runner on its own.
@@ -681,132 +683,71 @@ class RLinkClient:
         Raises:
             ConnectionLost: the directory lists no runner, or none answered.
         """
-        if not self._is_directory:
-            return
         self._uses_directory = True
-        self._send_message({"type": MessageType.GET_ENDPOINTS.value}, "GET_ENDPOINTS")
-        reply = self._await(MessageType.ENDPOINTS, "ENDPOINTS (from the directory)")
+        runners = fetch_endpoints(self._live())
         self._discard_connection()
         tried: list[str] = []
-        for entry in reply["endpoints"]:
-            if not (isinstance(entry, dict) and type(entry.get("host")) is str and type(entry.get("port")) is int):
-                continue
+        for entry in runners:
             self.address = Address(entry["host"], entry["port"], self.given_address.tls)
-            self._tls_server_name = self._tls_server_name_given or entry["host"]
             try:
-                self._open()
-                self._handshake()
+                done = self._open()
             except (OSError, ConnectionLost) as exc:
                 tried.append(f"{self.address} ({exc})")
                 self._discard_connection()
                 continue
             self._log.info("directory %s sent us to runner %s", self.given_address, self.address)
-            return
+            return done
         raise ConnectionLost(
             f"the directory at {self.given_address} lists no runner that answers"
             + (f": {'; '.join(tried)}" if tried else " yet")
         )
 
-    def _open(self) -> None:
-        sock = socket.create_connection((self.address.host, self.address.port), timeout=self.connect_timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._ssl_context is not None:
-                # The TLS handshake runs here, bounded by connect_timeout.
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._tls_server_name)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-        self._decoder = FrameDecoder(self.max_frame_bytes)
-        self._inbox.clear()
-        self._agreed = frozenset()
-        self._generation += 1
+    def _resume(self, job: Optional[_Job]) -> None:
+        """After a handshake: send every unacknowledged batch again, in order.
 
-    def _handshake(self) -> None:
-        auth = ClientAuth(self._secret) if self._secret is not None else None
-        offered = self.extensions | {Extension.AUTH.value} if auth is not None else self.extensions
-        offer = make_offer(offered, agent=_agent(), client_id=self._client_id, **(auth.offer() if auth else {}))
-        self._in_handshake = True
-        try:
-            self._send_message({"type": MessageType.PING.value, "rlinks": offer}, "PING")
-            reply = self._await(
-                MessageType.PONG,
-                "PONG (the handshake)",
-                hint="; the server took the connection but did not answer. RLlib's own server serves "
-                "one client at a time: is another client connected to it?",
-            )
-            try:
-                server_offer = parse_offer(reply)
-            except ProtocolError as exc:
-                raise ProtocolViolation(f"{self.address} sent a malformed PONG: {exc}", code=exc.code) from exc
-            self._plain = server_offer is None
-            self._agreed = negotiate(server_offer, offered)
-            self._server_agent = "" if server_offer is None else server_offer.agent
-            self._is_directory = server_offer is not None and server_offer.extra.get("role") == "directory"
-            if auth is not None and not self._is_directory:
-                self._authenticate(auth, server_offer)
-        finally:
-            self._in_handshake = False
-        self._log.debug(
-            "connected to %s (%s; extensions: %s)", self.address,
-            "plain RLlink" if self._plain else self._server_agent or "rlinks", sorted(self._agreed) or "none",
-        )
-
-    def _authenticate(self, auth: ClientAuth, server_offer: Any) -> None:
-        """Answer the server's challenge and check its proof.
-
-        Raises:
-            AuthenticationFailed: the server does not authenticate, refused our
-                proof, or could not prove it knows the secret.
+        An on-policy batch among them is owed a ``SET_STATE`` before anything
+        else may be sent; unless it is ``job``'s (whose call waits for it),
+        its weights went to the call that sent it first, so they are read and
+        dropped here.
         """
-        try:
-            answer = auth.respond(server_offer)
-        except AuthFailed as exc:
-            raise AuthenticationFailed(
-                f"{self.address}: {exc}; this client has a secret and talks only to a server that "
-                "proves it knows it (is the server's auth on?)"
-            ) from None
-        self._send_message(answer, "AUTH")
-        reply = self._await(MessageType.AUTH_OK, "AUTH_OK (authentication)")
-        try:
-            auth.confirm(reply)
-        except AuthFailed as exc:
-            raise AuthenticationFailed(f"{self.address}: {exc}; is it the learner you meant?") from None
-
-    def _after_handshake(self) -> None:
-        if not self._pending:
+        pending = self._window.pending
+        if not pending:
             return
-        if Extension.ACK.value not in self._agreed:
+        if not self._acknowledged():
             self._log.warning(
                 "%s no longer acknowledges batches; %d unacknowledged batch(es) (seq %s) may be lost",
-                self.address, len(self._pending), _seq_range(self._pending),
+                self.address, len(pending), seq_range(pending),
             )
-            self._pending.clear()
+            self._window.clear()
             return
-        for batch in self._pending:
-            self._send_batch(batch)
+        link = self._live()
+        current = job.batch if job is not None and job.on_policy else None
+        for batch in list(pending):
+            if batch.acked:
+                continue  # confirmed while an earlier one's weights were awaited
+            link.conn.resend(batch)
+            link.write(batch.kind.value)
+            self._written(batch)
+            if batch.kind is MessageType.EPISODES_AND_GET_STATE and batch is not current:
+                link.wait_for(StateReceived, f"SET_STATE (owed for on-policy batch {batch.seq}, sent again)")
+
+    def _acknowledged(self) -> bool:
+        return self._server is not None and Extension.ACK.value in self._server.extensions
 
     def _discard_connection(self) -> None:
-        sock, self._sock = self._sock, None
-        self._decoder = None
-        self._inbox.clear()
-        if sock is not None:
-            try:
-                # Wakes a call blocked on this socket in another thread (close() alone doesn't).
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # not connected any more: nothing to wake
-            sock.close()
-        if self._pending and not self.reliable:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+        if self._window.pending and not self.reliable:
             self._log.warning(
                 "connection to %s closed with %d batch(es) not acknowledged (seq %s); they may be lost "
-                "(reliable=True resends them)", self.address, len(self._pending), _seq_range(self._pending),
+                "(reliable=True resends them)", self.address, len(self._window.pending),
+                seq_range(self._window.pending),
             )
-            self._pending.clear()
+            self._window.clear()
 
     # ------------------------------------------------------------------
-    # Batches
+    # Checks
 
     def _prepare(self, episodes: Iterable[Any], timesteps: Optional[int]) -> tuple[list, int, int]:
         states = []
@@ -823,317 +764,40 @@ class RLinkClient:
             raise ValueError(f"timesteps must be a non-negative int, got {timesteps!r}")
         return states, steps, timesteps
 
-    def _enqueue(self, kind: MessageType, states: list, steps: int, timesteps: int) -> _Batch:
-        message: dict[str, Any] = {"type": kind.value, "episodes": states, "timesteps": timesteps}
-        acked = Extension.ACK.value in self._agreed
-        if acked:
-            message["seq"] = self._next_seq
-        parts = encode_message_parts(message)
-        seq = None
-        if acked:
-            seq, self._next_seq = self._next_seq, self._next_seq + 1
-            if self.reliable:
-                # A copy: the caller may reuse its arrays before the ACK comes.
-                parts = [b"".join(parts)]
-        batch = _Batch(seq=seq, kind=kind, parts=parts, steps=steps)
-        if acked:
-            self._pending.append(batch)
-        return batch
-
-    def _make_room(self) -> None:
-        self._drain()
-        while len(self._pending) >= self.max_unacked:
-            self._await(
-                None,
-                f"ACK ({len(self._pending)} batches unacknowledged, max_unacked={self.max_unacked})",
-            )
-
-    def _send_batch(self, batch: _Batch) -> None:
-        self._send_parts(batch.parts, batch.kind.value)
-        batch.sent_on = self._generation
-        batch.sends += 1
-        if batch.sends == 1:
-            self._counters.sent += 1
-            self._counters.steps += batch.steps
-        else:
-            self._counters.resent += 1
-        if not self.reliable:
-            batch.parts = []  # never resent; let the arrays go
-
-    def _on_ack(self, seq: int) -> None:
-        for i, batch in enumerate(self._pending):
-            if batch.seq == seq:
-                del self._pending[i]
-                batch.acked = True
-                self._counters.acked += 1
-                self._counters.steps_acked += batch.steps
-                return
-        if 0 < seq < self._next_seq:
-            # Acknowledged before; a resend after a reconnect gets a second ACK.
-            self._log.debug("duplicate ACK for seq %d from %s", seq, self.address)
-            return
-        raise ProtocolViolation(
-            f"{self.address} acknowledged seq {seq}, which was never sent (last sent: {self._next_seq - 1})"
-        )
-
-    def _weights(self, message: dict) -> WeightsUpdate:
-        try:
-            params, seq_no = read_state(message["state"])
-        except ValueError as exc:
-            raise ProtocolViolation(f"{self.address} sent malformed weights: {exc}", code="invalid_message") from exc
-        want = message.get("want_steps") if Extension.WANT_STEPS.value in self._agreed else None
-        return WeightsUpdate(params=params, seq_no=seq_no, want_steps=want)
-
-    # ------------------------------------------------------------------
-    # Bytes
-
-    def _send_message(self, message: dict, what: str) -> None:
-        self._send_parts(encode_message_parts(message), what)
-
-    def _send_parts(self, parts: list, what: str) -> None:
-        """Write one frame's buffers, however many calls it takes, within ``timeout``."""
-        sock = self._live_socket()
-        views = []
-        for part in parts:
-            view = memoryview(part)
-            if view.format != "B" or view.ndim != 1:
-                view = view.cast("B")
-            if len(view):
-                views.append(view)
-        use_sendmsg = _HAS_SENDMSG and self._ssl_context is None
-        if self._ssl_context is not None and len(views) > 1:
-            # TLS sockets have no sendmsg, and one TLS record per small part
-            # would cost more than this copy (TLS copies while encrypting anyway).
-            views = [memoryview(b"".join(views))]
-        deadline = time.monotonic() + self.timeout
-        i = 0
-        while i < len(views):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._send_timeout(what)
-            sock.settimeout(remaining)
-            try:
-                if use_sendmsg:
-                    written = sock.sendmsg(views[i : i + _IOV_MAX])
-                else:
-                    written = sock.send(views[i])
-            except TimeoutError:
-                raise self._send_timeout(what) from None
-            except OSError as exc:
-                error = self._error_in_flight()
-                if error is not None:
-                    raise error from exc
-                raise ConnectionLost(f"connection to {self.address} lost while sending {what}: {exc}") from exc
-            while written:
-                size = len(views[i])
-                if written >= size:
-                    written -= size
-                    i += 1
-                else:
-                    views[i] = views[i][written:]
-                    written = 0
-
-    def _error_in_flight(self) -> Optional[ServerError]:
-        """After a failed send: the ``ERROR`` the server sent before closing, if it is here.
-
-        A server that refuses a frame (too large, bad episode) says why and
-        closes without reading the rest, so our send fails; the reason is
-        worth more than "connection reset". Best effort: any failure here
-        leaves the send's own error to be raised.
-        """
-        sock, decoder = self._sock, self._decoder
-        if sock is None or decoder is None:
-            return None
-        try:
-            sock.settimeout(0.0)
-            for _ in range(_MAX_DRAIN_READS):
-                data = sock.recv(_RECV_CHUNK)
-                if not data:
-                    break
-                self._inbox.extend(decoder.feed(data))
-        except (OSError, ProtocolError) as exc:
-            self._log.debug("nothing more to read from %s after a failed send: %s", self.address, exc)
-        for message in self._inbox:
-            if message["type"] == MessageType.ERROR.value:
-                return _server_error(message)
-        return None
-
-    def _send_timeout(self, what: str) -> ServerTimeout:
-        return ServerTimeout(
-            f"{self.address} did not take our {what} within {self.timeout:g} s (it stopped reading)"
-        )
-
-    def _await(self, expect: Optional[MessageType], what: str, hint: str = "") -> Optional[dict]:
-        """Read until a message of type ``expect`` arrives and return it.
-
-        ACKs on the way are accounted for; ``ERROR`` raises
-        :class:`ServerError`; anything else is a :class:`ProtocolViolation`.
-        With ``expect=None``, return after the first ACK.
-        """
-        deadline = time.monotonic() + self.timeout
-        while True:
-            while not self._inbox:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ServerTimeout(f"no {what} from {self.address} within {self.timeout:g} s{hint}")
-                self._live_socket().settimeout(remaining)
-                try:
-                    self._pump(what)
-                except TimeoutError:
-                    raise ServerTimeout(f"no {what} from {self.address} within {self.timeout:g} s{hint}") from None
-            message = self._inbox.popleft()
-            if expect is not None and message["type"] == expect.value:
-                return message
-            self._unsolicited(message, what)
-            if expect is None:
-                return None
-
-    def _drain(self) -> None:
-        """Take in whatever the server sent between calls (ACKs, an ERROR, EOF) without waiting."""
-        while self._inbox:
-            self._unsolicited(self._inbox.popleft(), "the next call")
-        self._live_socket().settimeout(0.0)
-        for _ in range(_MAX_DRAIN_READS):
-            if not self._pump("the next call"):
-                break
-            while self._inbox:
-                self._unsolicited(self._inbox.popleft(), "the next call")
-
-    def _unsolicited(self, message: dict, what: str) -> None:
-        kind = message["type"]
-        if kind == MessageType.ACK.value and Extension.ACK.value in self._agreed:
-            self._on_ack(message["seq"])
-            return
-        if kind == MessageType.ERROR.value:
-            raise _server_error(message)
-        raise ProtocolViolation(f"{self.address} sent {kind[:64]} while we waited for {what}")
-
-    def _pump(self, what: str) -> bool:
-        """One read from the socket into the decoder; ``False`` if a non-blocking read found nothing.
-
-        Raises:
-            TimeoutError: the socket's timeout passed (the caller words it).
-            ConnectionLost: EOF (possibly mid-frame) or a socket error.
-            ProtocolViolation: the bytes are not valid RLlink.
-        """
-        sock = self._live_socket()
-        decoder = self._decoder
-        assert decoder is not None
-        body = decoder.next_read_buffer()
-        try:
-            if body is not None:
-                received = sock.recv_into(body)
-                messages = decoder.advance(received) if received else []
-            else:
-                data = sock.recv(_RECV_CHUNK)
-                received = len(data)
-                messages = decoder.feed(data) if received else []
-        except BlockingIOError:
-            return False
-        except TimeoutError:
-            raise
-        except ProtocolError as exc:
-            raise self._violation(exc, decoder) from exc
-        except OSError as exc:
-            if ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
-                return False  # no whole TLS record yet
-            if (ssl is not None and self._in_handshake and isinstance(exc, ssl.SSLError)
-                    and not isinstance(exc, ssl.SSLEOFError)):
-                raise TLSFailed(
-                    f"{self.address} ended the TLS session while we waited for {what}: {exc}. "
-                    "Does it require a client certificate (cert_file/key_file) signed by a CA it trusts?"
-                ) from exc
-            raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
-        if not received:
-            try:
-                decoder.eof()
-            except FrameError as exc:
-                raise ConnectionLost(f"{self.address} closed the connection while we waited for {what}: {exc}") from exc
-            hint = ""
-            if self._in_handshake and self._ssl_context is not None:
-                hint = " (right after the TLS handshake: does it require a client certificate, cert_file/key_file?)"
-            elif self._in_handshake:
-                hint = " (before answering our PING: does it speak TLS? then connect to tls://...)"
-            raise ConnectionLost(f"{self.address} closed the connection while we waited for {what}{hint}")
-        self._inbox.extend(messages)
-        return True
-
-    def _violation(self, exc: ProtocolError, decoder: FrameDecoder) -> ProtocolViolation:
-        hint = ""
-        if isinstance(exc, FrameTooLarge):
-            hint = f" (max_frame_bytes is {self.max_frame_bytes:,}; raise it if the learner's weights are that large)"
-        elif isinstance(exc, FrameError) and decoder.frames == 0:
-            hint = f"; is {self.address} an RLlink learner's port?"
-        return ProtocolViolation(f"{self.address} sent invalid RLlink: {exc}{hint}", code=exc.code)
-
-    def _live_socket(self) -> socket.socket:
-        if self._sock is None:
+    def _live(self) -> Link:
+        if self._link is None:
             raise ConnectionLost(f"not connected to {self.address}")
-        return self._sock
+        return self._link
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("this RLinkClient was closed; make a new one")
 
-    def _require_handshake(self) -> None:
-        if not self._handshaken:
+    def _require_handshake(self) -> HandshakeDone:
+        if self._server is None:
             raise ClientError("no handshake yet: call connect() (or any other call) first")
+        return self._server
 
 
-def _check_transport(
-    address: Address,
-    ca_file: Optional[str],
-    cert_file: Optional[str],
-    key_file: Optional[str],
-    server_name: Optional[str],
-) -> Optional["ssl.SSLContext"]:
-    """The TLS context a ``tls://`` address needs; ``None`` for ``tcp://``.
+def _weights(event: StateReceived) -> WeightsUpdate:
+    return WeightsUpdate(params=event.params, seq_no=event.seq_no, want_steps=event.want_steps)
+
+
+def _unsafe_unpickle_config(raw: bytes) -> Any:
+    """RLlib's pickled ``AlgorithmConfig``, unpickled: **runs code the server chose** (``unsafe_allow_pickle``).
+
+    Nothing here imports Ray: ``pickle`` imports the classes the pickle
+    names, which are RLlib's, so Ray must be installed.
 
     Raises:
-        ValueError: TLS options for a ``tcp://`` address, or a key without a certificate.
-        TLSNotAvailable: Python has no ``ssl`` module.
-        OSError, ssl.SSLError: a file can't be read or is not valid PEM.
+        ClientError: the pickle names Ray's classes and Ray is not installed.
     """
-    options = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file, "tls_server_name": server_name}
-    if not address.tls:
-        given = sorted(name for name, value in options.items() if value)
-        if given:
-            raise ValueError(f"{', '.join(given)} given for {address}; use a tls:// address for TLS")
-        return None
-    if ssl is None:
-        raise TLSNotAvailable(f"{address} asks for TLS, but this Python was built without the ssl module")
-    if key_file and not cert_file:
-        raise ValueError("key_file needs cert_file")
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if cert_file:
-        context.load_cert_chain(cert_file, key_file or None)
-    return context
-
-
-def _server_error(message: dict) -> ServerError:
-    # Bounded: the text ends up in logs and tracebacks.
-    code, text = message["code"][:64], message["message"][:_MAX_SERVER_TEXT]
-    if code == AuthFailed.code:
-        return AuthenticationFailed(f"the server refused us: {text}")
-    return ServerError(code, text)
-
-
-def _unpickle_config(raw: bytes) -> Any:
     try:
-        import ray.rllib  # noqa: F401  (the pickle names RLlib's classes)
-    except ImportError as exc:
+        return pickle.loads(raw)  # unsafe by design: only with unsafe_allow_pickle=True
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "ray":
+            raise
         raise ClientError("unpickling RLlib's config needs ray[rllib] installed on this machine") from exc
-    import pickle
-
-    return pickle.loads(raw)  # unsafe by design: only with unsafe_allow_pickle=True
-
-
-def _seq_range(batches: Iterable[_Batch]) -> str:
-    seqs = [b.seq for b in batches if b.seq is not None]
-    if not seqs:
-        return "-"
-    return str(seqs[0]) if len(seqs) == 1 else f"{seqs[0]}..{seqs[-1]}"
 
 
 def _positive(name: str, value: float) -> float:

@@ -1,14 +1,21 @@
 """Errors raised by :class:`~rlinks_rllib.client.RLinkClient`.
 
 Everything the client raises about the learner, the network or the bytes it
-received is a :class:`ClientError`. The subclasses also derive from the
-built-in exception a caller would reach for first (``ConnectionError``,
-``TimeoutError``, ``NotImplementedError``), so ``except TimeoutError`` works
-as expected. Mistakes in the caller's own arguments stay ``ValueError`` /
-``TypeError``.
+received is a :class:`ClientError`, itself an
+:class:`~rlinks_rllib.protocol.errors.RLinksError` like every error of this
+package. A peer's :class:`~rlinks_rllib.protocol.errors.ProtocolError` never
+reaches a caller raw: it arrives as :class:`ProtocolViolation` (or
+:class:`AuthenticationFailed`), with the server's address in the text.
+
+The subclasses also derive from the built-in exception a caller would reach
+for first (``ConnectionError``, ``TimeoutError``, ``NotImplementedError``),
+so ``except TimeoutError`` works as expected. Mistakes in the caller's own
+arguments stay ``ValueError`` / ``TypeError``.
 """
 
 from __future__ import annotations
+
+from ..protocol.errors import ErrorCode, RLinksError
 
 __all__ = [
     "ClientError",
@@ -25,7 +32,7 @@ __all__ = [
 ]
 
 
-class ClientError(Exception):
+class ClientError(RLinksError):
     """Base class of every error the client raises about the server or the link."""
 
 
@@ -74,7 +81,7 @@ class AuthenticationFailed(ServerError):
     """
 
     def __init__(self, message: str) -> None:
-        super().__init__("auth_failed", message)
+        super().__init__(ErrorCode.AUTH_FAILED.value, message)
 
 
 class ProtocolViolation(ClientError):
@@ -87,7 +94,7 @@ class ProtocolViolation(ClientError):
             (``"bad_frame"``, ``"unsafe_payload"``, ...), or ``"unexpected_message"``.
     """
 
-    def __init__(self, message: str, code: str = "unexpected_message") -> None:
+    def __init__(self, message: str, code: str = ErrorCode.UNEXPECTED_MESSAGE.value) -> None:
         super().__init__(message)
         self.code = code
 

@@ -1,0 +1,94 @@
+"""Asking a learner's directory where its runners are (the ``endpoints`` extension).
+
+A learner with several runners can publish one address, its directory: a
+client that reaches it sends ``GET_ENDPOINTS`` and gets the runners back,
+least-loaded first, then connects to one of them.
+:class:`~.connection.RLinkClient` does this on its own whenever its address
+turns out to be a directory; :func:`ask_directory` is the same question
+asked once, for tools (``rlinks endpoints HOST:PORT``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .._version import CLIENT_AGENT
+from ..protocol.connection import Connection, EndpointsReceived, Role
+from ..protocol.extensions import Extension
+from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
+from .address import AddressLike, parse_address
+from .errors import ClientError, ConnectFailed
+from .link import Link
+from .transport import Transport, tls_context
+
+__all__ = ["ask_directory", "fetch_endpoints"]
+
+
+def fetch_endpoints(link: Link) -> list[dict[str, Any]]:
+    """Ask the directory at the other end of ``link`` (handshake done) for its runners.
+
+    Returns the entries as the directory sent them, least-loaded first, less
+    any without a ``str`` ``host`` and an ``int`` ``port``. Our directory also
+    sends ``worker_index`` and ``clients`` (how many clients the runner has).
+
+    Raises:
+        ServerTimeout, ServerError, ConnectionLost, ProtocolViolation: as for any request.
+    """
+    link.conn.send_get_endpoints()
+    link.write("GET_ENDPOINTS")
+    reply = link.wait_for(EndpointsReceived, "ENDPOINTS (from the directory)")
+    return [
+        entry for entry in reply.endpoints
+        if isinstance(entry, dict) and type(entry.get("host")) is str and type(entry.get("port")) is int
+    ]
+
+
+def ask_directory(
+    address: AddressLike,
+    *,
+    timeout: float = 10.0,
+    connect_timeout: float = 10.0,
+    ca_file: Optional[str] = None,
+    cert_file: Optional[str] = None,
+    key_file: Optional[str] = None,
+    tls_server_name: Optional[str] = None,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+) -> list[dict[str, Any]]:
+    """The runners a learner's directory lists, least-loaded first (see :func:`fetch_endpoints`).
+
+    One connection, one attempt, closed before returning. The handshake is
+    the client's own (a directory is never asked to authenticate, so there is
+    no secret here); the TLS options are :class:`~.connection.RLinkClient`'s.
+
+    Example::
+
+        for runner in ask_directory("learner.example:5555"):
+            print(runner["host"], runner["port"], runner.get("clients"))
+
+    Raises:
+        ValueError, TypeError: ``address`` is malformed, or TLS options for a ``tcp://`` address.
+        ConnectFailed: no connection could be opened (:class:`TLSFailed`:
+            the server's certificate is not trusted).
+        ClientError: the peer answered, but is not a directory (a runner, or RLlib's own server).
+        ServerTimeout, ServerError, ConnectionLost, ProtocolViolation: as for any request.
+    """
+    target = parse_address(address)
+    context = tls_context(target, ca_file, cert_file, key_file, tls_server_name)
+    try:
+        transport = Transport.open(target, connect_timeout=connect_timeout, ssl_context=context,
+                                   server_name=tls_server_name)
+    except OSError as exc:
+        if isinstance(exc, ConnectFailed):  # TLSFailed: the certificate
+            raise
+        raise ConnectFailed(f"could not connect to {target}: {exc}") from exc
+    conn = Connection(Role.CLIENT, extensions=(Extension.ENDPOINTS,), agent=CLIENT_AGENT,
+                      max_frame_bytes=max_frame_bytes)
+    link = Link(transport, conn, timeout=timeout)
+    try:
+        done = link.handshake()
+        if not done.peer_is_directory:
+            kind = "a plain RLlink server" if done.plain else "a runner"
+            raise ClientError(f"{target} is not an rlinks directory (it is {kind}); connect to it directly")
+        return fetch_endpoints(link)
+    finally:
+        link.close()

@@ -1,0 +1,276 @@
+"""The client's blocking socket: TCP or TLS, bytes out within a deadline, bytes into a Connection.
+
+A :class:`Transport` moves bytes and nothing else; which bytes are legal is
+the business of the :class:`~rlinks_rllib.protocol.connection.Connection`
+it reads into. What it does know is how sockets fail, so it turns their
+``OSError``\\s into the client's errors, with the address and what was being
+sent or awaited, and hints for the TLS mistakes people make (a ``tcp://``
+address for a TLS port, a client certificate the server wants).
+
+Every call is bounded: writes by a deadline, reads by the caller's timeout,
+and each read by :data:`RECV_CHUNK` bytes (or the room left in the frame's body).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+try:
+    import ssl
+except ImportError:  # pragma: no cover - Python built without OpenSSL
+    ssl = None  # type: ignore[assignment]
+from typing import Optional, Sequence
+
+from ..protocol.codec import Buffer
+from ..protocol.connection import Connection
+from .address import Address
+from .errors import ConnectionLost, ServerTimeout, TLSFailed, TLSNotAvailable
+
+__all__ = ["Transport", "tls_context", "RECV_CHUNK"]
+
+#: Bytes asked of one ``recv`` when no frame body is being filled.
+RECV_CHUNK = 64 * 1024
+#: Non-blocking reads per poll; what is left waits for the next read.
+MAX_POLL_READS = 64
+_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")
+#: Handshake failures that mean "this is not the server you trust"; never retried.
+_CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
+
+log = logging.getLogger(__name__)
+
+
+def _iov_max() -> int:
+    names = getattr(os, "sysconf_names", {})
+    if "SC_IOV_MAX" in names:
+        value = os.sysconf("SC_IOV_MAX")
+        if value > 0:
+            return value
+    return 16  # POSIX's guaranteed minimum
+
+
+_IOV_MAX = _iov_max()
+
+
+def tls_context(
+    address: Address,
+    ca_file: Optional[str] = None,
+    cert_file: Optional[str] = None,
+    key_file: Optional[str] = None,
+    server_name: Optional[str] = None,
+) -> Optional["ssl.SSLContext"]:
+    """The TLS context a ``tls://`` address needs; ``None`` for ``tcp://``.
+
+    The server's certificate is checked against ``ca_file`` (the system's CAs
+    if none) and TLS 1.2 is the oldest version spoken; ``cert_file`` (and
+    ``key_file``, unless the key is in ``cert_file``) is the certificate we
+    present to a server that asks for one.
+
+    Raises:
+        ValueError: TLS options for a ``tcp://`` address, or a key without a certificate.
+        TLSNotAvailable: Python has no ``ssl`` module.
+        OSError, ssl.SSLError: a file can't be read or is not valid PEM.
+    """
+    options = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file, "tls_server_name": server_name}
+    if not address.tls:
+        given = sorted(name for name, value in options.items() if value)
+        if given:
+            raise ValueError(f"{', '.join(given)} given for {address}; use a tls:// address for TLS")
+        return None
+    if ssl is None:
+        raise TLSNotAvailable(f"{address} asks for TLS, but this Python was built without the ssl module")
+    if key_file and not cert_file:
+        raise ValueError("key_file needs cert_file")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
+    return context
+
+
+class Transport:
+    """One open TCP (or TLS) connection to ``address``.
+
+    Made by :meth:`open`. Not thread-safe, except :meth:`close`, which
+    wakes a read or write blocked in another thread.
+
+    Attributes:
+        sock: the socket (an ``ssl.SSLSocket`` for TLS), for ``select``.
+        address: where it is connected, for messages.
+        at_eof: the peer closed its side (a read returned nothing).
+    """
+
+    def __init__(self, sock: socket.socket, address: Address) -> None:
+        self.sock = sock
+        self.address = address
+        self.tls = ssl is not None and isinstance(sock, ssl.SSLSocket)
+        self.at_eof = False
+
+    @classmethod
+    def open(
+        cls,
+        address: Address,
+        *,
+        connect_timeout: float,
+        ssl_context: Optional["ssl.SSLContext"] = None,
+        server_name: Optional[str] = None,
+    ) -> "Transport":
+        """Connect (and do the TLS handshake when ``ssl_context`` is given), within ``connect_timeout`` each.
+
+        ``TCP_NODELAY`` is set: frames are written whole, and a small reply
+        must not wait for Nagle's algorithm.
+
+        Raises:
+            TLSFailed: the server's certificate is not trusted or not made out
+                to ``server_name`` (retrying can't fix that).
+            OSError: refused, unreachable, unknown host, timed out, or another
+                TLS failure (worth another attempt).
+        """
+        sock = socket.create_connection((address.host, address.port), timeout=connect_timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_name or address.host)
+        except _CERTIFICATE_ERRORS as exc:
+            sock.close()
+            raise TLSFailed(
+                f"{address}: the server's certificate is not trusted: {exc}. "
+                "Is ca_file the CA that signed it, and is it made out to this host name?"
+            ) from exc
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, address)
+
+    def close(self) -> None:
+        """Close the socket, waking a call blocked on it in another thread (``close()`` alone doesn't)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:
+            log.debug("shutdown of the connection to %s: %s (not connected any more)", self.address, exc)
+        self.sock.close()
+
+    # ------------------------------------------------------------------
+    # Bytes out
+
+    def write(self, parts: Sequence[Buffer], *, timeout: float, what: str) -> None:
+        """Write one frame's buffers, however many calls it takes, within ``timeout`` seconds.
+
+        Plain TCP hands the kernel up to ``IOV_MAX`` buffers per ``sendmsg``
+        (large arrays go out without a copy); TLS joins them into one buffer
+        first, since a TLS socket has no ``sendmsg`` and one record per small
+        part would cost more than the copy.
+
+        Raises:
+            ServerTimeout: the server took less than the frame in ``timeout`` (it stopped reading).
+            ConnectionLost: the connection failed; the server may have said
+                why first (see :meth:`read_after_failed_write`).
+        """
+        views = []
+        for part in parts:
+            view = memoryview(part)
+            if view.format != "B" or view.ndim != 1:
+                view = view.cast("B")
+            if len(view):
+                views.append(view)
+        if self.tls and len(views) > 1:
+            views = [memoryview(b"".join(views))]
+        use_sendmsg = _HAS_SENDMSG and not self.tls
+        deadline = time.monotonic() + timeout
+        i = 0
+        while i < len(views):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._send_timeout(what, timeout)
+            try:
+                self.sock.settimeout(remaining)
+                written = self.sock.sendmsg(views[i : i + _IOV_MAX]) if use_sendmsg else self.sock.send(views[i])
+            except TimeoutError:
+                raise self._send_timeout(what, timeout) from None
+            except OSError as exc:
+                raise ConnectionLost(f"connection to {self.address} lost while sending {what}: {exc}") from exc
+            while written:
+                size = len(views[i])
+                if written >= size:
+                    written -= size
+                    i += 1
+                else:
+                    views[i] = views[i][written:]
+                    written = 0
+
+    def _send_timeout(self, what: str, timeout: float) -> ServerTimeout:
+        return ServerTimeout(f"{self.address} did not take our {what} within {timeout:g} s (it stopped reading)")
+
+    # ------------------------------------------------------------------
+    # Bytes in
+
+    def read_into(self, conn: Connection, *, timeout: float, what: str, handshaking: bool = False) -> bool:
+        """One read into ``conn``: ``False`` if there was nothing to read (``timeout=0`` polls).
+
+        A large frame body is read in place (``recv_into`` the Connection's
+        :meth:`~Connection.read_buffer`); anything else in chunks of
+        :data:`RECV_CHUNK`. When the peer has closed, ``conn`` is told
+        (:meth:`~Connection.receive_eof`) and :attr:`at_eof` is set.
+
+        Raises:
+            TimeoutError: nothing came within ``timeout`` (> 0); the caller words it.
+            TLSFailed: (``handshaking``) the TLS layer failed: typically the
+                server wants a client certificate we did not send.
+            ConnectionLost: the connection was reset or failed.
+        """
+        body = conn.read_buffer()
+        try:
+            self.sock.settimeout(timeout)
+            if body is not None:
+                received = self.sock.recv_into(body)
+                if received:
+                    conn.received_into(received)
+            else:
+                data = self.sock.recv(RECV_CHUNK)
+                received = len(data)
+                if received:
+                    conn.receive_data(data)
+        except BlockingIOError:
+            return False
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            if ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
+                return False  # no whole TLS record yet
+            if (ssl is not None and handshaking and isinstance(exc, ssl.SSLError)
+                    and not isinstance(exc, ssl.SSLEOFError)):
+                raise TLSFailed(
+                    f"{self.address} ended the TLS session while we waited for {what}: {exc}. "
+                    "Does it require a client certificate (cert_file/key_file) signed by a CA it trusts?"
+                ) from exc
+            raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
+        if not received:
+            self.at_eof = True
+            conn.receive_eof()
+        return True
+
+    def read_after_failed_write(self, conn: Connection) -> None:
+        """After a failed write: read into ``conn`` what the server sent before it closed, if anything.
+
+        A server that refuses a frame (too large, a bad episode) sends an
+        ``ERROR`` saying why and closes without reading the rest, so our write
+        fails; that ``ERROR`` is worth more than "connection reset". Best
+        effort, without waiting (at most :data:`MAX_POLL_READS` reads): a
+        failure here leaves the write's own error to be reported.
+        """
+        try:
+            for _ in range(MAX_POLL_READS):
+                if self.at_eof or not self.read_into(conn, timeout=0.0, what="the server's last words"):
+                    return
+        except (ConnectionLost, TLSFailed) as exc:
+            log.debug("nothing more to read from %s after a failed send: %s", self.address, exc)
+
+    def eof_hint(self, handshaking: bool) -> str:
+        """Why a server may have closed the connection before the handshake was done ('' after it)."""
+        if not handshaking:
+            return ""
+        if self.tls:
+            return " (right after the TLS handshake: does it require a client certificate, cert_file/key_file?)"
+        return " (before answering our PING: does it speak TLS? then connect to tls://...)"
