@@ -137,33 +137,16 @@ def _endpoints(args) -> int:
 
 def _endpoints_from_directory(address: str) -> int:
     """Ask a running learner's directory (HOST:PORT) for its runners."""
-    import socket
+    from .client import ClientError, ask_directory
 
-    from .client.address import parse_address
-    from .protocol import FrameDecoder, encode_message, make_offer
-
-    target = parse_address(address)
     try:
-        with socket.create_connection((target.host, target.port), timeout=10) as sock:
-            sock.settimeout(10)
-            decoder = FrameDecoder(1 << 20)
-            sock.sendall(encode_message({"type": "PING", "rlinks": make_offer(["endpoints"])}))
-            sock.sendall(encode_message({"type": "GET_ENDPOINTS"}))
-            replies: list = []
-            while len(replies) < 2:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                replies += decoder.feed(data)
-    except OSError as exc:
+        endpoints = ask_directory(address, timeout=10.0, connect_timeout=10.0)
+    except ClientError as exc:
         print(f"rlinks endpoints: cannot ask {address}: {exc}", file=sys.stderr)
         return 1
-    endpoints = next((r["endpoints"] for r in replies if r["type"] == "ENDPOINTS"), None)
-    if endpoints is None:
-        print(f"rlinks endpoints: {address} is not an rlinks directory", file=sys.stderr)
-        return 1
     for entry in endpoints:
-        print(f"runner {entry['worker_index']}: {entry['host']}:{entry['port']} ({entry['clients']} clients)")
+        clients = f" ({entry['clients']} clients)" if "clients" in entry else ""
+        print(f"runner {entry.get('worker_index', '?')}: {entry['host']}:{entry['port']}{clients}")
     return 0
 
 
