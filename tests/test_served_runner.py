@@ -221,15 +221,16 @@ def test_ppo_trains_on_served_actions_on_policy_and_batched(ray_local):
 # -- one runner in this process, sampled by hand ------------------------------------
 
 
-def _local_runner(train_batch: int, off_policy: bool = False, **env_config):
+def _local_runner(train_batch: int, off_policy: bool = False, spaces=None, **env_config):
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rlinks_rllib import RLinkEnvRunner
 
+    observation_space, action_space = spaces or (CARTPOLE.observation_space, CARTPOLE.action_space)
     config = (
         (APPOConfig() if off_policy else PPOConfig())
-        .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
+        .environment(observation_space=observation_space, action_space=action_space,
                      env_config={"port": 0, **env_config})
         .env_runners(num_env_runners=0, sample_timeout_s=4.0, rollout_fragment_length=50 if off_policy else "auto")
         .training(train_batch_size_per_learner=train_batch)
@@ -242,8 +243,8 @@ def local_runner(ray_local):
     """``make(train_batch, off_policy, **settings)``: a runner in this process; all are stopped, their threads gone."""
     runners = []
 
-    def make(train_batch: int = 4000, off_policy: bool = False, **settings):
-        runners.append(_local_runner(train_batch, off_policy, **settings))
+    def make(train_batch: int = 4000, off_policy: bool = False, spaces=None, **settings):
+        runners.append(_local_runner(train_batch, off_policy, spaces, **settings))
         return runners[-1]
 
     yield make
@@ -358,6 +359,27 @@ def test_off_policy_never_parks_and_hands_over_a_fragment_at_a_time(local_runner
     stats = runner.get_transport_stats()
     assert stats["served_parked"] == 0 and stats["errors_total"] == 0
     assert _steps(first) + _steps(rest) == stats["served_steps"] == 600
+
+
+def test_box_actions_reach_the_client_unsquashed_and_the_episode_as_sampled(local_runner):
+    import gymnasium as gym
+
+    spaces = (gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
+    runner = local_runner(train_batch=400, spaces=spaces)
+    client = ServedClient(runner.address)
+    rng = np.random.default_rng(2)
+    answer = client.act([0], rng.normal(size=(1, 3)), [0.0], [True], [False], [False])
+    sent = []
+    for _ in range(20):
+        assert answer.actions.shape == (1, 1) and answer.actions.dtype == np.float32
+        sent.append(answer.actions[0])
+        answer = client.act([0], rng.normal(size=(1, 3)), [-1.0], [False], [False], [False])
+    (episode,) = runner.sample()
+    client.close()
+    raw = np.asarray(episode.get_actions())
+    assert len(episode) == 20 and raw.shape == (20, 1)
+    np.testing.assert_allclose(np.asarray(sent), np.clip(-2.0 + (raw + 1.0) * 2.0, -2.0, 2.0), rtol=1e-6)
+    assert np.asarray(episode.get_extra_model_outputs("action_dist_inputs")).shape == (20, 2)  # mean, log std
 
 
 def _good_start(client: ServedClient, n: int = 1, steps: int = 0) -> None:
