@@ -92,7 +92,8 @@ class RLinkSettings:
             forward pass takes at most; an ``ACT`` with more rows goes alone.
         served_max_wait_us: microseconds the first waiting row of a batch waits
             for more before the forward pass runs anyway (asyncio's timers
-            round this up to the millisecond).
+            round this up to the millisecond); it does not wait at all once
+            every client with open episodes waits for an answer.
         served_report_timeout_s: an env whose served action is not followed by
             a row for it within this time has its episode closed as truncated;
             a client that sends no ``ACT`` at all for this long while it has
