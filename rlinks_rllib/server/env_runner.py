@@ -295,8 +295,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if reason is not None:
             logger.info("RLinkEnvRunner %d does not serve actions: %s", self.worker_index, reason)
             return None
+        runners = max(1, int(self.config.num_env_runners or 0))
         self._forward = ModuleForward(self.module, action_space, normalize_actions=bool(self.config.normalize_actions),
-                                      clip_actions=bool(self.config.clip_actions))
+                                      clip_actions=bool(self.config.clip_actions),
+                                      # As SingleAgentEnvRunner estimates the global step count.
+                                      timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
         discrete = isinstance(action_space, gym.spaces.Discrete)
         return ServedPolicy(
             forward=self._forward,

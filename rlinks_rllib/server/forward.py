@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -35,7 +35,12 @@ __all__ = ["ModuleForward", "served_actions_unsupported"]
 
 
 def served_actions_unsupported(observation_space: gym.Space, action_space: gym.Space, module: Any) -> Optional[str]:
-    """Why this runner can't serve actions; ``None`` if it can."""
+    """Why this runner can't serve actions; ``None`` if it can.
+
+    Besides the spaces and the module's kind, one exploration forward pass of
+    a sample observation must give the ``action_dist_inputs`` the episodes
+    need (a module that outputs actions alone, such as DQN's, does not).
+    """
     if not isinstance(observation_space, gym.spaces.Box):
         return f"the observation space is {type(observation_space).__name__}, not a Box"
     if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
@@ -44,6 +49,11 @@ def served_actions_unsupported(observation_space: gym.Space, action_space: gym.S
         return f"the module is {type(module).__name__}, not a torch module"
     if module.is_stateful():
         return "the module is stateful (recurrent); served actions carry no state"
+    sample = np.asarray(observation_space.sample())[None]
+    with torch.no_grad():
+        out = module.forward_exploration({Columns.OBS: torch.from_numpy(sample)}, t=0)
+    if Columns.ACTION_DIST_INPUTS not in out:
+        return "the module's exploration forward pass gives no action_dist_inputs for the episodes"
     return None
 
 
@@ -54,15 +64,19 @@ class ModuleForward:
         module: the runner's inference-only RLModule (torch).
         action_space: a Discrete or Box space.
         normalize_actions, clip_actions: RLlib's settings of the same names.
+        timestep: the global env step count, passed as ``t`` for exploration
+            schedules (as ``SingleAgentEnvRunner`` does); read on the inference thread.
 
     Raises (from a call):
         RuntimeError, ValueError: the module failed (a bug or a broken
             model; the clients waiting for the batch get ``server_error``).
     """
 
-    def __init__(self, module: Any, action_space: gym.Space, *, normalize_actions: bool, clip_actions: bool) -> None:
+    def __init__(self, module: Any, action_space: gym.Space, *, normalize_actions: bool, clip_actions: bool,
+                 timestep: Callable[[], int] = lambda: 0) -> None:
         self.module = module
         self.action_space = action_space
+        self._timestep = timestep
         self._normalize = normalize_actions
         self._clip = clip_actions
         #: Held while the weights are used or swapped.
@@ -81,7 +95,7 @@ class ModuleForward:
         started = time.perf_counter()
         with self.lock, torch.no_grad():
             seq_no = self.weights_seq_no
-            out = self.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)})
+            out = self.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)}, t=self._timestep())
             dist_inputs = out[Columns.ACTION_DIST_INPUTS]
             dist = self.module.get_exploration_action_dist_cls().from_logits(dist_inputs)
             actions = out[Columns.ACTIONS] if Columns.ACTIONS in out else dist.sample()
