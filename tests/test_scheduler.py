@@ -192,3 +192,65 @@ def test_releases_share_exactly_what_the_update_needs(update_steps, parked):
     releases = s.new_weights(1)
     assert [r.client for r in releases] == clients
     assert sum(r.want_steps for r in releases) == update_steps
+
+
+# -- served actions (ACT) -------------------------------------------------------
+
+
+def test_served_steps_count_and_an_act_is_parked_once_the_update_has_them_all():
+    s = scheduler(100, "a")
+    s.delivered("a", 60, 0)
+    assert s.act_received("a") == [Release("a", None, actions=True)]
+    s.delivered("a", 40, 0)
+    assert s.act_received("a") == [] and s.parked == ("a",)
+    # Answered only by new weights, with actions (not weights).
+    assert s.new_weights(1) == [Release("a", None, actions=True)]
+    assert s.parked == () and s.budget.received == 0
+
+
+def test_an_act_is_parked_when_the_rest_of_the_update_is_promised_to_others():
+    s = scheduler(100, "ab")
+    assert s.state_requested("a") == 50  # a runs its own policy and was asked for 50
+    s.delivered("b", 50, 0)  # b's served steps
+    assert s.act_received("b") == []  # the other 50 are a's: b waits
+    s.delivered("a", 50, 0)
+    assert s.on_policy_batch("a") == []
+    assert s.parked == ("b", "a")
+    assert s.new_weights(1) == [Release("b", None, actions=True), Release("a", 50)]
+
+
+def test_a_parked_act_is_released_by_a_freed_promise_and_by_an_extension():
+    s = scheduler(100, "ab")
+    s.state_requested("a")
+    s.delivered("b", 50, 0)
+    assert s.act_received("b") == []
+    assert s.client_left("a") == [Release("b", None, actions=True)]
+    s.delivered("b", 50, 0)
+    assert s.act_received("b") == [] and s.budget.complete
+    assert s.extend(20) == [Release("b", None, actions=True)]
+    assert s.budget.target == 120
+
+
+def test_off_policy_never_parks_an_act():
+    s = scheduler(100, "a", on_policy=False)
+    for _ in range(5):
+        s.delivered("a", 100, 0)
+        assert s.act_received("a") == [Release("a", None, actions=True)]
+    assert s.parked == ()
+
+
+def test_served_episodes_are_cut_on_policy_only_when_no_step_of_these_weights_can_still_come():
+    s = scheduler(100, "ab")
+    s.delivered("a", 80, 0)
+    assert not s.served_cut_due(80, outstanding=0)  # the update needs more
+    s.delivered("b", 30, 0)
+    assert s.budget.complete
+    assert not s.served_cut_due(110, outstanding=8)  # 8 actions still out: their steps belong here
+    assert s.served_cut_due(110, outstanding=0)
+    assert not s.served_cut_due(0, outstanding=0)  # nothing to cut
+
+
+def test_served_episodes_are_cut_off_policy_every_fragment():
+    s: Scheduler[str] = Scheduler(1000, on_policy=False, fragment_steps=50)
+    assert not s.served_cut_due(49, outstanding=0)
+    assert s.served_cut_due(50, outstanding=32)  # off-policy: outstanding steps are fine later

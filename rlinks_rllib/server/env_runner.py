@@ -13,7 +13,10 @@ Each remote runner listens on ``port + worker_index`` (the driver's local
 runner listens only when there are no remote ones). Any number of
 simulators connect to a runner, run the policy themselves, and send episodes;
 ``sample()`` hands RLlib what has arrived, and ``set_state()`` sends the new
-weights back. See :mod:`.settings` for every ``env_config`` key.
+weights back. A simulator that can't run the policy sends observations
+instead and gets actions back (``served_actions``): the runner computes them
+with its own module (:mod:`.forward`) and records those episodes itself.
+See :mod:`.settings` for every ``env_config`` key.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import logging
 import time
 from typing import Any, Collection, Optional, Union
 
+import gymnasium as gym
+import numpy as np
 import ray
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
@@ -35,9 +40,12 @@ from ..protocol import messages as msgs
 from ..protocol.config import build_config
 from ..protocol.spaces import describe_space
 from .episodes import EpisodeIngest
+from .forward import ModuleForward, served_actions_unsupported
+from .inference import ServedPolicy
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episode, log_sampled
 from .scheduler import SamplePacer, WeightsChange
+from .served import ObservationCheck
 from .settings import RLinkSettings
 
 __all__ = ["RLinkEnvRunner", "runner_addresses"]
@@ -89,6 +97,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                   extend_after_s=self.settings.extend_after_s, on_policy=self.on_policy)
 
         self.server: Optional[RLinkServer] = None
+        #: The forward pass for served actions, when this runner serves them.
+        self._forward: Optional[ModuleForward] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
         if serves and not self.config.in_evaluation:
             self.server = RLinkServer(
@@ -98,6 +108,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 config_message=self._config_message,
                 update_steps=self._update_steps,
                 on_policy=self.on_policy,
+                fragment_steps=self._target_steps,
+                served=self._served_policy(),
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
             self.server.start()
@@ -160,6 +172,12 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
         batches = self.server.inbox.take(self._target_steps, plan.wait_s)
+        short = self._target_steps - sum(batch.steps for batch in batches)
+        if short > 0 and self.server.serves_actions:
+            # Steps of served clients wait in the runner until an update has
+            # them all; a sample() that came up short takes them now.
+            self.server.cut_served()
+            batches += self.server.inbox.take(short, 0.0)
         episodes = []
         steps = 0
         done = 0
@@ -252,7 +270,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             module_state = ray.get(module_state)
         if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state:
             module_state = module_state[DEFAULT_MODULE_ID]
-        self.module.set_state(module_state)
+        if self._forward is not None:
+            # Never while a forward pass for served actions runs; it learns the version with the weights.
+            self._forward.load(module_state, seq_no if change is WeightsChange.NEW else None)
+        else:
+            self.module.set_state(module_state)
         # What the learner sent is what clients get: no second trip through torch.
         params = convert_to_numpy(module_state)
         if change is WeightsChange.NEW:
@@ -263,6 +285,27 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server.replace_weights(params, self._weights_seq_no)
 
     # -- helpers ------------------------------------------------------------------
+
+    def _served_policy(self) -> Optional[ServedPolicy]:
+        """How this runner computes served actions; ``None`` when it can't (or the setting is off)."""
+        if not self.settings.served_actions:
+            return None
+        obs_space, action_space = self.config.observation_space, self.config.action_space
+        reason = served_actions_unsupported(obs_space, action_space, self.module)
+        if reason is not None:
+            logger.info("RLinkEnvRunner %d does not serve actions: %s", self.worker_index, reason)
+            return None
+        runners = max(1, int(self.config.num_env_runners or 0))
+        self._forward = ModuleForward(self.module, action_space, normalize_actions=bool(self.config.normalize_actions),
+                                      clip_actions=bool(self.config.clip_actions),
+                                      # As SingleAgentEnvRunner estimates the global step count.
+                                      timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        return ServedPolicy(
+            forward=self._forward,
+            check_obs=ObservationCheck(obs_space.shape, obs_space.dtype),
+            no_actions=np.empty((0, *action_space.shape), np.int64 if discrete else action_space.dtype),
+        )
 
     def _module_params(self) -> dict:
         return convert_to_numpy(self.module.get_state(inference_only=True))

@@ -27,12 +27,23 @@ Confirmations (the ``ack`` extension) are sent when ``sample()`` hands a
 batch to RLlib (:meth:`RLinkServer.confirm`), not when it reaches the
 inbox: a confirmed batch has left this process, so a runner that dies
 loses nothing its clients believe delivered; they resend the rest.
+
+Served actions (the ``served_actions`` extension, given a
+:class:`~.inference.ServedPolicy`): an ``ACT``'s rows are recorded by the
+:class:`~.served.ServedRecorder`, its complete steps count for the update
+like those of ``EPISODES``, and the rows that want actions go to the
+:class:`~.inference.InferenceBatcher` now, or once the scheduler releases
+the parked ``ACT`` (with new weights). The recorded episodes are cut into the
+inbox when the scheduler says (:meth:`~.scheduler.Scheduler.served_cut_due`),
+when new weights arrive, and when ``sample()`` came up short
+(:meth:`RLinkServer.cut_served`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import errno
 import logging
 import socket
@@ -44,13 +55,16 @@ from typing import Any, Callable, Iterable, Optional
 
 from .._version import SERVER_AGENT
 from ..protocol.auth import secret_file_is_private
-from ..protocol.connection import EpisodesReceived
+from ..protocol.connection import ActReceived, EpisodesReceived
+from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP
 from ..protocol.errors import ErrorCode
 from ..protocol.extensions import Extension
 from ..protocol.framing import encode_body_once, encode_message
 from .errors import IngestError
 from .inbox import Batch, Inbox
+from .inference import InferenceBatcher, InferenceResult, ServedPolicy
 from .scheduler import Release, Scheduler
+from .served import ServedRecorder
 from .session import Session
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
@@ -69,6 +83,10 @@ _HELD_SEQ_MAX = 65536
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_RETRY_S = 0.5
 _ACCEPT_WARN_EVERY_S = 10.0
+#: How long ``sample()`` waits for the loop to cut the served episodes into the inbox.
+_CUT_WAIT_S = 1.0
+#: The ``client`` of the inbox batches of served episodes (they carry no ``seq``: nothing to confirm).
+_SERVED_CLIENT = "served"
 
 
 @dataclass
@@ -132,6 +150,10 @@ class RLinkServer:
         update_steps: env steps one on-policy update takes from this runner.
         on_policy: whether the algorithm trains on-policy (clients are parked
             between updates); off-policy runners answer every request at once.
+        fragment_steps: env steps ``sample()`` asks for at a time (off-policy,
+            served episodes are cut into the inbox every that many steps).
+        served: how to compute actions; ``None`` (or the setting
+            ``served_actions`` off): ``served_actions`` is never agreed.
 
     Raises:
         OSError: the port can't be bound, or a TLS or secret file can't be read.
@@ -150,6 +172,8 @@ class RLinkServer:
         config_message: Callable[[], dict],
         update_steps: int,
         on_policy: bool,
+        fragment_steps: Optional[int] = None,
+        served: Optional[ServedPolicy] = None,
     ) -> None:
         self.settings = settings
         self.stats = ServerStats()
@@ -160,7 +184,8 @@ class RLinkServer:
         self._config_message = config_message
         self._config_frame: bytes | None = None
         #: Who gets weights when (loop thread only, but for replace_weights before start).
-        self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy)
+        self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy,
+                                                       fragment_steps=fragment_steps)
         self._sessions: set[Session] = set()
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
@@ -171,6 +196,8 @@ class RLinkServer:
         self.auth_secret: Optional[bytes] = settings.auth_secret()
         #: What a session agrees to at most (``auth`` comes with the secret).
         self.extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
+        #: The inbox is full and every session's reading paused (served deadlines stop counting).
+        self._inbox_full = False
         self._ssl = server_ssl_context(settings)
         self._tls_handshakes: set[asyncio.Task] = set()
         self._sock = self._bind(settings.host, port)
@@ -183,6 +210,22 @@ class RLinkServer:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"rlinks-server-{self.address[1]}", daemon=True)
         self._thread_error: BaseException | None = None
+        #: Served actions: the policy, the episodes recorded, the forward passes (loop thread only).
+        self._policy = served if settings.served_actions else None
+        self._recorder: Optional[ServedRecorder[Session]] = None
+        self._batcher: Optional[InferenceBatcher[Session]] = None
+        self._served_bytes = 0
+        if self._policy is not None:
+            self.extensions |= {Extension.SERVED_ACTIONS.value}
+            self._recorder = ServedRecorder(max_envs=settings.served_max_envs,
+                                            report_timeout_s=settings.served_report_timeout_s,
+                                            max_chunk_steps=settings.max_steps_per_chunk)
+            self._batcher = InferenceBatcher(
+                self._loop, self._policy.forward, max_rows=settings.served_batch_size,
+                max_wait_s=settings.served_max_wait_us / 1e6, on_result=self._actions_ready,
+                on_error=self._inference_failed, on_batch=self._inference_done,
+                all_waiting=lambda: self._recorder.all_waiting,
+            )
 
     # -- lifecycle (any thread) --------------------------------------------
 
@@ -254,6 +297,8 @@ class RLinkServer:
             self._ready.set()
         finally:
             self._sock.close()
+            if self._batcher is not None:
+                self._batcher.close()  # joins the inference thread (after the batch in flight)
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
@@ -349,7 +394,12 @@ class RLinkServer:
         if self._by_client.get(session.client_id) is session:
             del self._by_client[session.client_id]
         self.stats.clients_connected = len(self._sessions)
+        if self._recorder is not None and self._batcher is not None:
+            # Its open served episodes end here, as truncated; they still train.
+            self._batcher.cancel(session)
+            self._recorder.drop_client(session)
         self._release(self.scheduler.client_left(session))
+        self._cut_served_if_due()
 
     def config_frame(self) -> bytes:
         if self._config_frame is None:
@@ -378,12 +428,48 @@ class RLinkServer:
         if event.on_policy:
             self._release(self.scheduler.on_policy_batch(session))
 
+    def act_received(self, session: Session, event: ActReceived) -> None:
+        """Record an ``ACT``; answer it at once if no row wants an action, else compute them now or once released.
+
+        Raises:
+            IngestError: the observations don't fit the space, a row breaks
+                the episode rules, or ``served_max_envs`` is exceeded; nothing
+                of the ``ACT`` is recorded.
+        """
+        if self._policy is None or self._recorder is None:
+            raise IngestError("this runner does not serve actions", code=ErrorCode.SERVER_ERROR)  # never agreed
+        rows = event.rows
+        recorded = self._recorder.record(session, rows, self._policy.check_obs(rows), time.monotonic())
+        stats = self.stats
+        stats.served_acts += 1
+        stats.served_rows += len(rows)
+        self._served_bytes += event.frame_bytes
+        for seq_no, steps in recorded.steps.items():
+            stats.served_steps += steps
+            self.scheduler.delivered(session, steps, seq_no)
+        if not recorded.want_env:
+            session.send_actions([], self._policy.no_actions, self.scheduler.weights_seq_no)
+        else:
+            releases = self.scheduler.act_received(session)
+            if not releases:
+                stats.served_parked += 1
+            self._release(releases)
+        self._cut_served_if_due()
+
     # -- loop thread: deadlines, batches, confirmations, weights -----------------
 
     def _tick(self) -> None:
         now = time.monotonic()
         for session in list(self._sessions):
             session.check_deadlines(now)
+        if self._recorder is not None and not self._inbox_full:
+            # While reading is paused a client's ACT may wait unread: no served deadline runs then.
+            timeout = self.settings.served_report_timeout_s
+            for session in self._recorder.expire(now):
+                session.fail(ErrorCode.LIMIT_EXCEEDED,
+                             f"no ACT within {timeout:g} s while episodes were open (served_report_timeout_s)")
+            self.stats.served_expired_envs = self._recorder.expired_envs
+            self._cut_served_if_due()
         self._loop.call_later(_TICK_S, self._tick)
 
     def already_held(self, client_id: str, seq: int) -> bool:
@@ -431,14 +517,18 @@ class RLinkServer:
             if seq is not None:
                 self._confirm([(session.client_id, seq, 0)])
             return
-        batch = SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq)
+        self._put(SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq))
+        self.scheduler.delivered(session, steps, session.weights_seq_no)
+
+    def _put(self, batch: Batch) -> None:
+        """Queue a batch for ``sample()``; a full inbox pauses reading from every client."""
         if self.inbox.put(batch):
+            self._inbox_full = True
             for other in self._sessions:
                 if other.ready:
                     other.pause_reading()
         self.stats.batches_in += 1
-        self.stats.steps_in += steps
-        self.scheduler.delivered(session, steps, session.weights_seq_no)
+        self.stats.steps_in += batch.steps
 
     def _send_weights(self, session: Session, want_steps: Optional[int]) -> None:
         if self._state_body is None:
@@ -446,13 +536,77 @@ class RLinkServer:
         session.send_weights(self._state_body, self.scheduler.weights_seq_no, want_steps)
 
     def _release(self, releases: list[Release[Session]]) -> None:
-        """Carry out the scheduler's word: answer these clients with the current weights."""
+        """Carry out the scheduler's word: answer these clients with the current weights (or their actions)."""
         for release in releases:
-            self._send_weights(release.client, release.want_steps)
+            if release.actions:
+                self._compute_actions(release.client)
+            else:
+                self._send_weights(release.client, release.want_steps)
 
     def _on_new_weights(self, state_body: bytes, seq_no: int) -> None:
         self._state_body = state_body
+        # Steps of the old weights are cut off before the new update counts any.
+        self._cut_served()
         self._release(self.scheduler.new_weights(seq_no))
+
+    # -- loop thread: served actions ---------------------------------------------
+
+    def _compute_actions(self, session: Session) -> None:
+        """Send the waiting rows of ``session``'s ``ACT`` to the forward pass, with the weights served now."""
+        assert self._recorder is not None and self._batcher is not None
+        waiting = self._recorder.waiting(session)
+        if waiting is not None and not session.closed:
+            self._batcher.submit(session, waiting[1], min_seq_no=self.scheduler.weights_seq_no)
+
+    def _actions_ready(self, session: Session, result: InferenceResult) -> None:
+        """The forward pass answered ``session``'s rows: record the actions, send them."""
+        assert self._recorder is not None
+        if session.closed:
+            return
+        extra = {ACTION_LOGP: result.action_logp, ACTION_DIST_INPUTS: result.action_dist_inputs}
+        envs = self._recorder.set_actions(session, result.actions, extra, result.weights_seq_no, time.monotonic())
+        if envs is None:
+            return
+        session.send_actions(envs, result.actions_for_env, result.weights_seq_no)
+        self.stats.served_actions += len(envs)
+
+    def _inference_failed(self, sessions: list[Session], error: BaseException) -> None:
+        logger.error("rlinks: the forward pass for served actions failed; %d client(s) are cut off",
+                     len(sessions), exc_info=error)
+        for session in sessions:
+            session.fail(ErrorCode.SERVER_ERROR, "the runner failed to compute actions")
+
+    def _inference_done(self, rows: int, requests: int, seconds: float) -> None:
+        stats = self.stats
+        stats.inference_batches += 1
+        stats.inference_rows += rows
+        stats.inference_requests += requests
+        stats.inference_s += seconds
+
+    def _cut_served_if_due(self) -> None:
+        recorder, batcher = self._recorder, self._batcher
+        if recorder is None or batcher is None:
+            return
+        if self.scheduler.served_cut_due(recorder.num_steps, recorder.outstanding + batcher.rows_waiting):
+            self._cut_served()
+
+    def _cut_served(self) -> None:
+        """Hand every served step recorded so far to the inbox, as one batch of episode chunks."""
+        if self._recorder is None:
+            return
+        cut = self._recorder.take_chunks()
+        nbytes, self._served_bytes = self._served_bytes, 0
+        if not cut.chunks:
+            return
+        try:
+            episodes, steps = self._ingest(cut.chunks)
+        except IngestError:
+            # Our own recording broke the episode rules: a bug, not a client's fault.
+            logger.exception("rlinks: %d served steps fail the runner's own episode check; dropped", cut.steps)
+            self.stats.count_error(ErrorCode.SERVER_ERROR)
+            return
+        if steps:
+            self._put(Batch(episodes, steps, max(nbytes, 1), cut.weights_seq_no, _SERVED_CLIENT))
 
     def _extend_update(self, steps: int) -> None:
         """The learner asks for more steps with unchanged weights: release the parked.
@@ -464,6 +618,9 @@ class RLinkServer:
         self._release(self.scheduler.extend(steps))
 
     def _resume_all(self) -> None:
+        self._inbox_full = False
+        if self._recorder is not None:
+            self._recorder.restart_clocks(time.monotonic())
         for session in self._sessions:
             session.resume_reading()
 
@@ -487,6 +644,35 @@ class RLinkServer:
         except RuntimeError:
             logger.warning("rlinks: %d batch(es) handed to RLlib after the server loop closed are not "
                            "confirmed; reliable clients resend them to the next runner", len(taken))
+
+    def cut_served(self, timeout: float = _CUT_WAIT_S) -> None:
+        """(RLlib's thread) Cut the served episodes into the inbox now; return once done (or after ``timeout``).
+
+        For a ``sample()`` that came up short: steps the clients completed
+        reach RLlib now rather than with the next update.
+        """
+        if self._recorder is None or not self._thread.is_alive():
+            return
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def cut() -> None:
+            try:
+                self._cut_served()
+            finally:
+                done.set_result(None)
+
+        try:
+            self._loop.call_soon_threadsafe(cut)
+            done.result(timeout)
+        except RuntimeError:
+            logger.debug("served episodes not cut: the server loop is closed")
+        except concurrent.futures.TimeoutError:
+            logger.warning("rlinks: the server loop did not cut the served episodes within %.1f s", timeout)
+
+    @property
+    def serves_actions(self) -> bool:
+        """Whether this runner agrees to ``served_actions``."""
+        return self._recorder is not None
 
     def extend_update(self, steps: int) -> None:
         """Thread-safe :meth:`_extend_update`: RLlib needs ``steps`` more with the same weights."""

@@ -3,7 +3,8 @@
 Two kinds: RLlib's own episode metrics (return, length, duration), with an
 episode that arrived in several chunks counted once, when its last chunk
 arrives; and the transport's own under the ``rlinks`` key (clients, frames,
-bytes, errors, inbox depth, policy lag, dropped steps).
+bytes, errors, inbox depth, policy lag, dropped steps, and for served
+actions the rows, actions, forward passes, their mean size and time).
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float
 
 _COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",
              "bytes_out", "batches_in", "steps_in", "batches_acked", "steps_acked", "duplicates", "errors_total",
-             "tls_handshakes_failed", "accept_errors")
+             "tls_handshakes_failed", "accept_errors", "served_acts", "served_rows", "served_actions",
+             "served_steps", "served_parked", "served_expired_envs", "inference_batches", "inference_rows",
+             "inference_requests", "inference_s")
 
 
 class TransportMetrics:
@@ -112,8 +115,16 @@ class TransportMetrics:
         metrics.log_value((key, "inbox_bytes"), inbox_bytes, reduce="max", window=1)
         metrics.log_value((key, "weights_seq_no"), weights_seq_no, reduce="max", window=1)
         # Counters: totals over the run, summed over runners.
-        for name in _COUNTERS:
-            metrics.log_value((key, name), self._delta(name, snapshot.get(name, 0)), reduce="lifetime_sum")
+        deltas = {name: self._delta(name, snapshot.get(name, 0)) for name in _COUNTERS}
+        for name, delta in deltas.items():
+            metrics.log_value((key, name), delta, reduce="lifetime_sum")
+        batches = deltas["inference_batches"]
+        if batches:
+            # Served actions: rows and ACTs per forward pass, and its time, over this report's batches.
+            metrics.log_value((key, "inference_batch_mean"), deltas["inference_rows"] / batches, window=100)
+            metrics.log_value((key, "inference_acts_per_batch_mean"), deltas["inference_requests"] / batches,
+                              window=100)
+            metrics.log_value((key, "inference_ms_mean"), 1000.0 * deltas["inference_s"] / batches, window=100)
         for code, count in snapshot["errors"].items():
             metrics.log_value((key, "errors", code), self._delta("error:" + code, count), reduce="lifetime_sum")
         metrics.log_value((key, "dropped_stale_steps"), self._delta("dropped", dropped_stale_steps),

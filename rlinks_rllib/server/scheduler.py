@@ -10,6 +10,15 @@ next, and the promises never add up to more than the update needs (see
 :class:`~.budget.UpdateBudget`), so their data reaches the learner with a
 policy lag of 0.
 
+Served actions (``served_actions``) follow the same rule step by step: a
+step the runner recorded for an ``ACT`` counts like a step that came in
+``EPISODES``, and once the update has all it needs an ``ACT`` that wants
+actions is parked too, to be answered with the new weights' actions. The
+episodes the runner records are cut into the inbox only when no step of the
+current weights can still come (every served client has reported, see
+:meth:`Scheduler.served_cut_due`), so none is left behind for the next
+update with a lag of 1.
+
 Two objects, one per thread that reports to them:
 
 * :class:`Scheduler`, on the server's loop thread: the budget, the parked
@@ -43,15 +52,19 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass(frozen=True)
 class Release(Generic[K]):
-    """Answer ``client``'s request for weights now, with the current ones.
+    """Answer ``client`` now, with the current weights.
 
     Attributes:
         client: whom to send to (the key it was reported with).
-        want_steps: env steps to ask it for; ``None`` for a client that can't be told.
+        want_steps: env steps to ask it for; ``None`` for a client that can't
+            be told (and for an ``ACT``).
+        actions: the request is an ``ACT``: answer it with actions computed
+            with the current weights, not with the weights themselves.
     """
 
     client: K
     want_steps: Optional[int]
+    actions: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,16 +84,20 @@ class Scheduler(Generic[K]):
         update_steps: env steps one on-policy update takes from this runner.
         on_policy: whether clients are parked between updates; off-policy,
             every request is answered at once.
+        fragment_steps: (off-policy) served steps held before they are cut
+            into the inbox; ``update_steps`` if not given.
     """
 
-    def __init__(self, update_steps: int, *, on_policy: bool) -> None:
+    def __init__(self, update_steps: int, *, on_policy: bool, fragment_steps: Optional[int] = None) -> None:
         self.update_steps = update_steps
         self.on_policy = on_policy
+        self.fragment_steps = fragment_steps or update_steps
         self.budget = UpdateBudget(update_steps)
         #: The version of the weights served now.
         self.weights_seq_no = 0
         self._clients: dict[K, _Client] = {}
-        self._parked: collections.OrderedDict[K, None] = collections.OrderedDict()
+        #: Parked clients, in the order they arrived -> whether what waits is an ACT.
+        self._parked: collections.OrderedDict[K, bool] = collections.OrderedDict()
 
     @property
     def parked(self) -> tuple[K, ...]:
@@ -106,8 +123,8 @@ class Scheduler(Generic[K]):
             self.budget.forget(info.client_id)
         releases: list[Release[K]] = []
         while self._parked and not self.budget.should_park():
-            waiting, _ = self._parked.popitem(last=False)
-            releases.append(Release(waiting, self._share(waiting)))
+            waiting, act = self._parked.popitem(last=False)
+            releases.append(Release(waiting, None, actions=True) if act else Release(waiting, self._share(waiting)))
         return releases
 
     # -- requests ------------------------------------------------------------
@@ -129,8 +146,36 @@ class Scheduler(Generic[K]):
         """
         if not self.on_policy or not self.budget.should_park():
             return [Release(client, self._share(client))]
-        self._parked[client] = None
+        self._parked[client] = False
         return []
+
+    def act_received(self, client: K) -> list[Release[K]]:
+        """An ``ACT`` that wants actions (after :meth:`delivered` of its steps): answer now, or park.
+
+        Parked once the update has all the steps it needs (or they are all
+        promised): the actions are then computed with the next weights.
+
+        Returns ``[Release(client, None, actions=True)]``, or ``[]`` when ``client`` is parked.
+        """
+        if not self.on_policy or not self.budget.should_park():
+            return [Release(client, None, actions=True)]
+        self._parked[client] = True
+        return []
+
+    def served_cut_due(self, held_steps: int, outstanding: int) -> bool:
+        """Whether the served episodes held (``held_steps`` complete steps) go to the inbox now.
+
+        On-policy: once the update needs nothing more and no served step of
+        the current weights can still come (``outstanding``: actions sent or
+        being computed whose steps are not reported yet), so that
+        ``sample()`` hands RLlib every step of these weights at once.
+        Off-policy: once ``fragment_steps`` are held.
+        """
+        if held_steps <= 0:
+            return False
+        if self.on_policy:
+            return outstanding == 0 and self.budget.should_park()
+        return held_steps >= self.fragment_steps
 
     # -- the learner ---------------------------------------------------------
 
@@ -166,10 +211,13 @@ class Scheduler(Generic[K]):
         return self.budget.assign(info.client_id, fair)
 
     def _release_parked(self, steps: int) -> list[Release[K]]:
-        parked = list(self._parked)
+        parked = list(self._parked.items())
         self._parked.clear()
         releases = []
-        for client, share in zip(parked, UpdateBudget.split(steps, len(parked))):
+        for (client, act), share in zip(parked, UpdateBudget.split(steps, len(parked))):
+            if act:
+                releases.append(Release(client, None, actions=True))
+                continue
             info = self._clients.get(client)
             want = self.budget.assign(info.client_id, share) if info is not None and info.tells_steps else None
             releases.append(Release(client, want))

@@ -15,6 +15,8 @@ States are the Connection's (``Connection.state``, see its module)::
 
     IDLE --PING--> READY <--SET_STATE (now, or when new weights come)-- AWAITING_WEIGHTS
       |              ^  \\--EPISODES_AND_GET_STATE-----------------------------^
+      |              |  \\--ACT (served_actions)--> AWAITING_ACTIONS
+      |              +----ACTIONS (after inference; on-policy maybe after new weights)--/
       +--PING (auth)--> AUTHENTICATING --AUTH (proof checked)--+
 
     any state --ERROR sent, EOF, or the client's violation--> CLOSED
@@ -27,8 +29,9 @@ reads go through a small buffer, so a stranger costs the runner little;
 after it, a large body is read straight into its final buffer.
 
 The session sees the server only through :class:`SessionHost`; the server
-asks the session to send weights (:meth:`Session.send_weights`) and
-confirmations (:meth:`Session.send_ack`) and never changes its state.
+asks the session to send weights (:meth:`Session.send_weights`), actions
+(:meth:`Session.send_actions`) and confirmations (:meth:`Session.send_ack`)
+and never changes its state.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Optional, Protocol, Union
+from typing import Any, Optional, Protocol, Union
 
 from ..protocol.codec import Buffer
 from ..protocol.connection import (
+    ActReceived,
     Connection,
     ConfigRequested,
     EpisodesReceived,
@@ -106,6 +110,15 @@ class SessionHost(Protocol):
             IngestError: the batch breaks a limit or an episode is not acceptable.
         """
 
+    def act_received(self, session: "Session", event: ActReceived) -> None:
+        """Record an ``ACT``'s rows; answer with :meth:`Session.send_actions`, now or later.
+
+        Raises:
+            IngestError: the observations don't fit the runner's space, a row
+                breaks the episode rules, or a limit is exceeded; nothing of
+                the ``ACT`` is recorded.
+        """
+
 
 class Session(asyncio.BufferedProtocol):
     """The server's side of one client connection.
@@ -142,7 +155,12 @@ class Session(asyncio.BufferedProtocol):
     @property
     def ready(self) -> bool:
         """Handshake done and still open: the client may send and be answered."""
-        return not self._closed and self.conn.state in (State.READY, State.AWAITING_WEIGHTS)
+        return not self._closed and self.conn.state in (State.READY, State.AWAITING_WEIGHTS, State.AWAITING_ACTIONS)
+
+    @property
+    def closed(self) -> bool:
+        """The connection is closed or closing, and the host was told."""
+        return self._closed
 
     def speaks(self, extension: Extension) -> bool:
         """Whether the client agreed to ``extension``."""
@@ -160,6 +178,13 @@ class Session(asyncio.BufferedProtocol):
             return
         self.conn.send_state(state_body, want_steps=want_steps)
         self.weights_seq_no = seq_no
+        self._flush()
+
+    def send_actions(self, env: list, actions: Any, seq_no: int) -> None:
+        """Answer the client's ``ACT``: ``actions[i]`` for ``env[i]``, computed with weights ``seq_no``."""
+        if self._closed or self.conn.state is State.CLOSED:
+            return
+        self.conn.send_actions(env, actions, seq_no)
         self._flush()
 
     def send_ack(self, seq: int) -> None:
@@ -265,6 +290,8 @@ class Session(asyncio.BufferedProtocol):
                 kind = type(event)
                 if kind is EpisodesReceived:
                     self.host.episodes_received(self, event)
+                elif kind is ActReceived:
+                    self.host.act_received(self, event)
                 elif kind is StateRequested:
                     self.host.state_requested(self)
                 elif kind is ConfigRequested:

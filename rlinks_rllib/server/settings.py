@@ -83,6 +83,24 @@ class RLinkSettings:
         tls_key_file: PEM private key of that certificate ('' if it is in ``tls_cert_file``).
         tls_client_ca_file: PEM CA bundle; when set, every client must present a
             certificate signed by it (mutual TLS).
+        served_actions: agree to the ``served_actions`` extension (PROTOCOL.md
+            10.5) when a client offers it: the runner computes actions for the
+            observations in its ``ACT`` messages and records the episodes
+            itself. Only for a Box observation space and a Discrete or Box
+            action space with a stateless module; otherwise it is never agreed.
+        served_batch_size: rows (observations of all clients' ``ACT`` messages) one
+            forward pass takes at most; an ``ACT`` with more rows goes alone.
+        served_max_wait_us: microseconds the first waiting row of a batch waits
+            for more before the forward pass runs anyway (asyncio's timers
+            round this up to the millisecond); it does not wait at all once
+            every client with open episodes waits for an answer.
+        served_report_timeout_s: an env whose served action is not followed by
+            a row for it within this time has its episode closed as truncated;
+            a client that sends no ``ACT`` at all for this long while it has
+            open episodes is cut off with ``ERROR limit_exceeded``.
+        served_max_envs: envs with an open served episode one runner holds, over
+            all its clients; an ``ACT`` that would open more is refused with
+            ``limit_exceeded`` (and one with more than twice as many rows).
     """
 
     host: str = LOOPBACK
@@ -106,6 +124,11 @@ class RLinkSettings:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    served_actions: bool = True
+    served_batch_size: int = 256
+    served_max_wait_us: int = 500
+    served_report_timeout_s: float = 60.0
+    served_max_envs: int = 4096
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -120,12 +143,15 @@ class RLinkSettings:
         if not 0 < self.sample_wait_fraction < 1:
             raise ValueError("rlinks setting 'sample_wait_fraction' must be between 0 and 1")
         for name in ("max_clients", "max_episodes_per_message", "max_steps_per_chunk",
-                     "inbox_max_steps", "inbox_max_bytes", "max_write_buffer_bytes"):
+                     "inbox_max_steps", "inbox_max_bytes", "max_write_buffer_bytes", "served_batch_size",
+                     "served_max_envs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rlinks setting {name!r} must be positive")
-        for name in ("handshake_timeout_s", "idle_timeout_s", "frame_timeout_s"):
+        for name in ("handshake_timeout_s", "idle_timeout_s", "frame_timeout_s", "served_report_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"rlinks setting {name!r} must be positive")
+        if self.served_max_wait_us < 0:
+            raise ValueError("rlinks setting 'served_max_wait_us' must not be negative")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"rlinks setting 'auth' must be one of {AUTH_MODES}, got {self.auth!r}")
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:

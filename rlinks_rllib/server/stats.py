@@ -64,6 +64,19 @@ class ServerStats:
     steps_acked: int = 0
     tls_handshakes_failed: int = 0
     accept_errors: int = 0
+    #: Served actions: ACTs and their rows, actions sent, steps recorded, ACTs
+    #: parked until new weights, envs closed for want of a report.
+    served_acts: int = 0
+    served_rows: int = 0
+    served_actions: int = 0
+    served_steps: int = 0
+    served_parked: int = 0
+    served_expired_envs: int = 0
+    #: Forward passes for served actions, the rows and ACTs in them, and their time.
+    inference_batches: int = 0
+    inference_rows: int = 0
+    inference_requests: int = 0
+    inference_s: float = 0.0
     #: ERROR code (its wire spelling) -> connections closed with it.
     errors: collections.Counter = field(default_factory=collections.Counter)
 

@@ -1,0 +1,121 @@
+"""The runner's exploration forward pass, for served actions.
+
+:class:`ModuleForward` computes actions for a batch of observations the way
+RLlib's own ``SingleAgentEnvRunner`` does for its envs: the module's
+``forward_exploration``, then its exploration action distribution
+(``get_exploration_action_dist_cls().from_logits``), ``sample()`` and
+``logp()`` (RLlib's ``GetActions`` connector), then Box actions unsquashed
+or clipped to the space for the env (``NormalizeAndClipActions``). The
+episode records the sampled action; the client gets the one for the env.
+
+Env-to-module connectors are not run (no observation filters or frame
+stacking): the module sees the observations as sent, exactly as a client
+that runs the policy itself would feed it.
+
+The forward pass runs on the inference thread while RLlib's thread may swap
+the weights (``set_state``): both hold :attr:`ModuleForward.lock`, so a
+batch is computed with one version of the weights, and knows which.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+
+from .inference import InferenceResult
+
+__all__ = ["ModuleForward", "served_actions_unsupported"]
+
+
+def served_actions_unsupported(observation_space: gym.Space, action_space: gym.Space, module: Any) -> Optional[str]:
+    """Why this runner can't serve actions; ``None`` if it can.
+
+    Besides the spaces and the module's kind, one exploration forward pass of
+    a sample observation must give the ``action_dist_inputs`` the episodes
+    need (a module that outputs actions alone, such as DQN's, does not).
+    """
+    if not isinstance(observation_space, gym.spaces.Box):
+        return f"the observation space is {type(observation_space).__name__}, not a Box"
+    if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+        return f"the action space is {type(action_space).__name__}, not Discrete or Box"
+    if not isinstance(module, torch.nn.Module):
+        return f"the module is {type(module).__name__}, not a torch module"
+    if module.is_stateful():
+        return "the module is stateful (recurrent); served actions carry no state"
+    sample = np.asarray(observation_space.sample())[None]
+    with torch.no_grad():
+        out = module.forward_exploration({Columns.OBS: torch.from_numpy(sample)}, t=0)
+    if Columns.ACTION_DIST_INPUTS not in out:
+        return "the module's exploration forward pass gives no action_dist_inputs for the episodes"
+    return None
+
+
+class ModuleForward:
+    """Actions for a batch of observations from an RLlib module (the :data:`~.inference.Forward` of the runner).
+
+    Args:
+        module: the runner's inference-only RLModule (torch).
+        action_space: a Discrete or Box space.
+        normalize_actions, clip_actions: RLlib's settings of the same names.
+        timestep: the global env step count, passed as ``t`` for exploration
+            schedules (as ``SingleAgentEnvRunner`` does); read on the inference thread.
+
+    Raises (from a call):
+        RuntimeError, ValueError: the module failed (a bug or a broken
+            model; the clients waiting for the batch get ``server_error``).
+    """
+
+    def __init__(self, module: Any, action_space: gym.Space, *, normalize_actions: bool, clip_actions: bool,
+                 timestep: Callable[[], int] = lambda: 0) -> None:
+        self.module = module
+        self.action_space = action_space
+        self._timestep = timestep
+        self._normalize = normalize_actions
+        self._clip = clip_actions
+        #: Held while the weights are used or swapped.
+        self.lock = threading.Lock()
+        #: The version of the weights the module holds.
+        self.weights_seq_no = 0
+
+    def load(self, module_state: Any, weights_seq_no: Optional[int] = None) -> None:
+        """Swap the module's weights (RLlib's thread); ``weights_seq_no``: their version, if a new one."""
+        with self.lock:
+            self.module.set_state(module_state)
+            if weights_seq_no is not None:
+                self.weights_seq_no = weights_seq_no
+
+    def __call__(self, obs: np.ndarray) -> InferenceResult:
+        started = time.perf_counter()
+        with self.lock, torch.no_grad():
+            seq_no = self.weights_seq_no
+            out = self.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)}, t=self._timestep())
+            dist_inputs = out[Columns.ACTION_DIST_INPUTS]
+            dist = self.module.get_exploration_action_dist_cls().from_logits(dist_inputs)
+            actions = out[Columns.ACTIONS] if Columns.ACTIONS in out else dist.sample()
+            logp = out[Columns.ACTION_LOGP] if Columns.ACTION_LOGP in out else dist.logp(actions)
+        actions = actions.numpy()
+        return InferenceResult(
+            actions=actions,
+            actions_for_env=self._for_env(actions),
+            action_logp=logp.numpy().astype(np.float32, copy=False),
+            action_dist_inputs=dist_inputs.numpy().astype(np.float32, copy=False),
+            weights_seq_no=seq_no,
+            seconds=time.perf_counter() - started,
+        )
+
+    def _for_env(self, actions: np.ndarray) -> np.ndarray:
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            return actions.astype(np.int64, copy=False)
+        if self._normalize:
+            actions = unsquash_action(actions, space)
+        elif self._clip:
+            actions = clip_action(actions, space)
+        return np.asarray(actions, dtype=space.dtype)

@@ -1,0 +1,387 @@
+"""What a runner that serves actions records: one episode per client env, as a local client would.
+
+With the ``served_actions`` extension (PROTOCOL.md 10.5) a client sends
+observations (``ACT``) and the runner answers with actions, so the runner,
+not the client, has to record the episodes: observation, the action it
+computed with that action's extra model outputs (``action_logp``,
+``action_dist_inputs``), then the reward and next observation that the
+env's next row reports. :class:`ServedRecorder` keeps one
+:class:`~rlinks_rllib.protocol.episode_builder.EpisodeBuilder` per (client,
+env), the same builder a local-inference client uses, so RLlib gets the very
+episodes such a client would have sent.
+
+Per ``ACT``: :meth:`ServedRecorder.record` checks all rows first, then
+applies them in order (a ``start`` row resets the env's episode, any other
+row completes the step of the action pending for it); the rows that want an
+action wait until :meth:`ServedRecorder.set_actions` gives them one. The
+caller cuts the episodes (:meth:`ServedRecorder.take_chunks`) when they
+should go to RLlib, closes a disconnected client's episodes
+(:meth:`ServedRecorder.drop_client`) and enforces the report deadline
+(:meth:`ServedRecorder.expire`).
+
+Pure bookkeeping: numpy only; no sockets, threads, clocks or Ray. Clients
+are any hashable key (the listener uses its sessions).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Generic, Hashable, Mapping, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from ..protocol.episode_builder import EpisodeBuilder
+from ..protocol.errors import ErrorCode
+from ..protocol.served import ActRows
+from .errors import IngestError
+
+__all__ = ["ServedRecorder", "Recorded", "Cut", "ObservationCheck"]
+
+K = TypeVar("K", bound=Hashable)
+
+_NUMERIC_KINDS = frozenset("biuf")
+
+
+class ObservationCheck:
+    """Turns an ``ACT``'s ``obs`` into one array of the runner's observation shape and dtype.
+
+    Args:
+        shape: the shape of one observation (the Box's).
+        dtype: its dtype; the client's values must cast to it with
+            ``same_kind`` casting (float64 to float32 is fine, complex is not).
+
+    Raises (from a call):
+        IngestError: (``bad_episode``) the observations don't stack into one
+            array, are not numbers, have another shape or a dtype that
+            doesn't cast, or hold a NaN or an infinity; the message names the
+            first env at fault where there is one.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: Any) -> None:
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+
+    def __call__(self, rows: ActRows) -> np.ndarray:
+        try:
+            obs = np.asarray(rows.obs)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise IngestError(f"ACT: 'obs' does not stack into one array ({exc})"[:300]) from None
+        if obs.dtype.kind not in _NUMERIC_KINDS:
+            raise IngestError(f"ACT: 'obs' has dtype {obs.dtype}; observations must be numbers")
+        if obs.shape != (len(rows), *self.shape):
+            raise IngestError(
+                f"ACT: 'obs' has shape {obs.shape}; {len(rows)} rows of this runner's "
+                f"observations are {(len(rows), *self.shape)}"
+            )
+        if obs.dtype != self.dtype:
+            if not np.can_cast(obs.dtype, self.dtype, casting="same_kind"):
+                raise IngestError(f"ACT: 'obs' has dtype {obs.dtype}, which cannot become {self.dtype}")
+            with np.errstate(over="ignore", invalid="ignore"):
+                obs = obs.astype(self.dtype)
+        if obs.dtype.kind == "f":
+            finite = np.isfinite(obs.reshape(len(rows), -1)).all(axis=1)
+            if not finite.all():
+                row = int(np.argmin(finite))
+                raise IngestError(f"ACT: 'obs' of row {row} (env {rows.env[row]}) holds a NaN or an infinity")
+        return obs
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one ``ACT`` changed.
+
+    Attributes:
+        steps: weights version -> steps completed by its rows with actions of that version.
+        want_env: the envs of the rows that want an action, in row order.
+        want_obs: their observations, one row each.
+    """
+
+    steps: Mapping[int, int]
+    want_env: list[int]
+    want_obs: np.ndarray
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Episode chunks taken from the recorder (:meth:`ServedRecorder.take_chunks`).
+
+    Attributes:
+        chunks: wire episode states, as a client would send them.
+        steps: env steps in them.
+        weights_seq_no: the oldest weights version any of those steps was
+            acted with (their policy lag is at most the lag of this one).
+    """
+
+    chunks: list[dict]
+    steps: int
+    weights_seq_no: int
+
+
+@dataclass
+class _Env:
+    builder: EpisodeBuilder
+    #: The action pending for the env (computed, sent, not yet reported), and its extras.
+    action: Any = None
+    extra: Optional[dict] = None
+    weights_seq_no: int = 0
+    #: When the pending action was sent; ``None``: no action pending.
+    sent_at: Optional[float] = None
+
+
+@dataclass
+class _Client:
+    heard_at: float
+    envs: dict[int, _Env] = field(default_factory=dict)
+    #: Envs with an action pending.
+    pending: int = 0
+    #: The envs of the client's unanswered ACT that want an action; ``None``: nothing unanswered.
+    waiting: Optional[list[int]] = None
+    waiting_obs: Optional[np.ndarray] = None
+    #: Since when the client waits for us (its deadlines stand still meanwhile).
+    waiting_since: float = 0.0
+
+
+class ServedRecorder(Generic[K]):
+    """The episodes of every env whose actions this runner serves.
+
+    Args:
+        max_envs: open episodes held at once over all clients; an ``ACT``
+            that would open more is refused.
+        report_timeout_s: how long an action may go unreported, and a client
+            with open episodes may send no ``ACT`` (:meth:`expire`).
+        max_chunk_steps: steps one chunk may hold (the runner's
+            ``max_steps_per_chunk``); longer episodes are cut.
+    """
+
+    def __init__(self, *, max_envs: int, report_timeout_s: float, max_chunk_steps: Optional[int] = None) -> None:
+        if max_envs < 1:
+            raise ValueError(f"max_envs must be at least 1, got {max_envs}")
+        self.max_envs = max_envs
+        self.report_timeout_s = report_timeout_s
+        self._max_chunk_steps = max_chunk_steps
+        self._clients: dict[K, _Client] = {}
+        #: Chunks of episodes that ended, and the steps in them and in the open episodes.
+        self._done: list[dict] = []
+        self._steps = 0
+        self._oldest: Optional[int] = None
+        self._open = 0
+        #: Envs closed because their action went unreported (a counter for metrics).
+        self.expired_envs = 0
+
+    # -- what the caller reads ----------------------------------------------
+
+    @property
+    def num_steps(self) -> int:
+        """Complete steps held (in ended and open episodes) since the last :meth:`take_chunks`."""
+        return self._steps
+
+    @property
+    def open_episodes(self) -> int:
+        """Envs with an open episode, over all clients."""
+        return self._open
+
+    @property
+    def outstanding(self) -> int:
+        """Actions sent and not yet reported by clients that may report now: each will complete one step.
+
+        The pending actions of a client that waits for an answer are left
+        out: it can't report them until it is answered, which, for a parked
+        ``ACT``, is after new weights.
+        """
+        return sum(info.pending for info in self._clients.values() if info.waiting is None)
+
+    @property
+    def all_waiting(self) -> bool:
+        """Whether every client with an open episode has an ``ACT`` unanswered (none is out stepping)."""
+        return all(info.waiting is not None for info in self._clients.values() if info.envs)
+
+    def waiting(self, client: K) -> Optional[tuple[list[int], np.ndarray]]:
+        """The envs of ``client``'s unanswered ``ACT`` that want actions, and their observations.
+
+        ``None`` when it has none unanswered (or is unknown).
+        """
+        info = self._clients.get(client)
+        return None if info is None or info.waiting is None else (info.waiting, info.waiting_obs)
+
+    # -- an ACT --------------------------------------------------------------
+
+    def record(self, client: K, rows: ActRows, obs: np.ndarray, now: float) -> Recorded:
+        """Apply the rows of one ``ACT`` (observations checked by :class:`ObservationCheck`).
+
+        All rows are checked before any is applied: an ``ACT`` is recorded
+        whole or not at all.
+
+        Raises:
+            IngestError: ``bad_episode``: a row that is not a ``start`` row
+                for an env without an open episode, or a row for an env whose
+                earlier row in this ``ACT`` wants an action; ``limit_exceeded``:
+                more rows than twice ``max_envs``, or more open episodes than
+                ``max_envs`` afterwards.
+            RuntimeError: ``client`` has an ``ACT`` unanswered (the
+                connection forbids a second one: a bug of the caller).
+        """
+        info = self._clients.get(client)
+        if info is not None and info.waiting is not None:
+            raise RuntimeError("a second ACT before the first was answered")
+        self._check(info, rows)
+        if info is None:
+            info = self._clients[client] = _Client(heard_at=now)
+        steps: collections.Counter[int] = collections.Counter()
+        want = rows.wants_action
+        start, reward, terminated, truncated = rows.start, rows.reward, rows.terminated, rows.truncated
+        for i, env_id in enumerate(rows.env):
+            env = info.envs.get(env_id)
+            if env is not None and env.sent_at is not None:
+                env.sent_at = None
+                info.pending -= 1
+            if start[i]:
+                if env is None:
+                    env = info.envs[env_id] = _Env(EpisodeBuilder(max_chunk_steps=self._max_chunk_steps))
+                    self._open += 1
+                env.builder.reset(obs[i])  # closes an open episode as truncated
+                env.action = env.extra = None
+                continue
+            assert env is not None, "checked above"
+            env.builder.step(env.action, float(reward[i]), obs[i], bool(terminated[i]), bool(truncated[i]),
+                             env.extra)
+            steps[env.weights_seq_no] += 1
+            self._note_steps(env.weights_seq_no, 1)
+            env.action = env.extra = None
+            if not want[i]:
+                self._close(info, env_id)
+        want_env = [e for e, w in zip(rows.env, want) if w]
+        want_obs = obs[want]
+        info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
+        info.heard_at = info.waiting_since = now
+        return Recorded(dict(steps), want_env, want_obs)
+
+    def set_actions(self, client: K, actions: Any, extra: Mapping[str, Any], weights_seq_no: int,
+                    now: float) -> Optional[list[int]]:
+        """The actions for ``client``'s unanswered ``ACT``, one per env that wanted one, in order.
+
+        ``extra`` maps model-output names to arrays of the same first
+        dimension (``action_logp``, ``action_dist_inputs``); they are
+        recorded with each action. Returns the envs the actions are for (the
+        ``env`` of the ``ACTIONS``), or ``None`` when nothing waits for them
+        any more (the client left).
+        """
+        info = self._clients.get(client)
+        if info is None or info.waiting is None:
+            return None
+        envs, info.waiting, info.waiting_obs = info.waiting, None, None
+        waited = now - info.waiting_since
+        for env in info.envs.values():
+            if env.sent_at is not None:
+                env.sent_at += waited  # the client could not report these while it waited for us
+        for j, env_id in enumerate(envs):
+            env = info.envs[env_id]
+            env.action = actions[j]
+            env.extra = {name: values[j] for name, values in extra.items()}
+            env.weights_seq_no = weights_seq_no
+            env.sent_at = now
+        info.pending += len(envs)
+        info.heard_at = now
+        return envs
+
+    # -- taking, closing, deadlines -------------------------------------------
+
+    def take_chunks(self) -> Cut:
+        """Every chunk recorded since the last call; open episodes are cut and go on as new chunks."""
+        chunks, self._done = self._done, []
+        for info in self._clients.values():
+            for env in info.envs.values():
+                chunks.extend(env.builder.take_chunks())
+        cut = Cut(chunks, self._steps, self._oldest if self._oldest is not None else 0)
+        self._steps, self._oldest = 0, None
+        return cut
+
+    def drop_client(self, client: K) -> int:
+        """``client`` is gone: close its open episodes as truncated at their last step; return how many."""
+        info = self._clients.pop(client, None)
+        if info is None:
+            return 0
+        closed = len(info.envs)
+        for env_id in list(info.envs):
+            self._close(info, env_id, truncate=True)
+        return closed
+
+    def expire(self, now: float) -> list[K]:
+        """Enforce ``report_timeout_s`` at ``now``; return the clients to cut off.
+
+        An env whose action has gone unreported that long has its episode
+        closed as truncated at its last complete step. A client that has
+        open episodes, no ``ACT`` unanswered, and sent none for that long is
+        returned (its episodes are closed when it is dropped). Time a client
+        spends waiting for an answer does not count.
+        """
+        limit = self.report_timeout_s
+        silent = [client for client, info in self._clients.items()
+                  if info.envs and info.waiting is None and now - info.heard_at > limit]
+        for info in self._clients.values():
+            if info.waiting is not None:
+                continue
+            for env_id, env in list(info.envs.items()):
+                if env.sent_at is not None and now - env.sent_at > limit:
+                    self._close(info, env_id, truncate=True)
+                    self.expired_envs += 1
+        return silent
+
+    def restart_clocks(self, now: float) -> None:
+        """Start every deadline over at ``now`` (the runner did not read its clients for a while)."""
+        for info in self._clients.values():
+            info.heard_at = info.waiting_since = now
+            for env in info.envs.values():
+                if env.sent_at is not None:
+                    env.sent_at = now
+
+    # -- internals ---------------------------------------------------------------
+
+    def _check(self, info: Optional[_Client], rows: ActRows) -> None:
+        """Refuse an ``ACT`` that can't be applied whole (see :meth:`record`)."""
+        if len(rows) > 2 * self.max_envs:
+            raise IngestError(f"ACT: {len(rows)} rows; this runner serves at most {self.max_envs} envs "
+                              "(served_max_envs)", code=ErrorCode.LIMIT_EXCEEDED)
+        known = info.envs if info is not None else {}
+        # Whether each env touched has an open episode as the rows are applied,
+        # and the row of an env that already wants an action.
+        is_open: dict[int, bool] = {}
+        wanting: dict[int, int] = {}
+        opened = 0
+        want = rows.wants_action
+        for i, env_id in enumerate(rows.env):
+            if env_id in wanting:
+                raise IngestError(f"ACT: row {i} is for env {env_id}, whose row {wanting[env_id]} "
+                                  "already waits for an action")
+            now_open = is_open.get(env_id, env_id in known)
+            if rows.start[i]:
+                opened += 0 if now_open else 1
+                is_open[env_id] = True
+                wanting[env_id] = i
+                continue
+            if not now_open:
+                raise IngestError(f"ACT: row {i} (env {env_id}) continues an episode, but env {env_id} has "
+                                  "none open; its first row must be a start row")
+            if want[i]:
+                wanting[env_id] = i
+            else:
+                opened -= 1
+                is_open[env_id] = False
+        if opened > 0 and self._open + opened > self.max_envs:
+            raise IngestError(f"ACT: opens {opened} more envs; this runner serves at most {self.max_envs} "
+                              "(served_max_envs)", code=ErrorCode.LIMIT_EXCEEDED)
+
+    def _note_steps(self, weights_seq_no: int, steps: int) -> None:
+        self._steps += steps
+        if self._oldest is None or weights_seq_no < self._oldest:
+            self._oldest = weights_seq_no
+
+    def _close(self, info: _Client, env_id: int, *, truncate: bool = False) -> None:
+        """Forget an env, keeping its episode's chunks (ended, or closed now as truncated)."""
+        env = info.envs.pop(env_id)
+        if env.sent_at is not None:
+            info.pending -= 1
+        if truncate:
+            env.builder.truncate()
+        self._done.extend(env.builder.take_chunks())
+        self._open -= 1
