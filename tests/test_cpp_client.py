@@ -4,14 +4,21 @@ Built with CMake (into ``build/cpp-pytest``, kept between runs), then held to
 the shared vectors, run against rlinks' own runner server (without Ray) and
 against scripted peers that drop connections at awkward moments, and finally
 trained to a mean return of 450 with a real ``rlinks learner``.
+
+Served actions (PROTOCOL.md 10.5) run against :class:`ServedPeer`, a runner
+scripted on rlinks' own ``Connection`` that answers each ``ACT`` with a fixed
+rule, and (once rlinks' runner serves actions) train with a real learner.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +31,20 @@ import pytest
 
 from peers import CLOSE, HANDLED, RLinkTestServer
 from rlinks_rllib.protocol.config import build_config
+from rlinks_rllib.protocol.connection import (
+    ActReceived,
+    ConfigRequested,
+    Connection,
+    ConnectionClosed,
+    ErrorReceived,
+    HandshakeDone,
+    Role,
+    StateRequested,
+)
 from rlinks_rllib.protocol.episodes import check_episode_state
+from rlinks_rllib.protocol.errors import ProtocolError
+from rlinks_rllib.protocol.framing import encode_body_once, encode_message
+from rlinks_rllib.protocol.served import ActRows
 from rlinks_rllib.protocol.weights import build_state
 from rlinks_rllib.server.directory import Directory, Endpoint
 from rlinks_rllib.server.listener import RLinkServer
@@ -184,6 +204,161 @@ class FakeLearner:
         self._stop.set()
         self._thread.join(5)
         self.server.stop()
+
+
+class ServedPeer:
+    """A runner that serves actions: rlinks' ``Connection`` (server role) on a real socket, on a thread.
+
+    It answers every ``ACT`` with :func:`lean_rule` for the rows that want an
+    action and records the rows. It takes one connection at a time.
+
+    Args:
+        hold_s: how long to hold back each of the first ``hold_acts`` answers
+            while reading whatever else the client sends meanwhile: anything
+            at all breaks the one-ACT-outstanding rule, which the
+            ``Connection`` reports (kept in :attr:`violations`).
+        answer: ``hook(act_index, envs, actions) -> (envs, actions)``: what to
+            send instead (a misbehaving runner).
+        drop: ``hook(conn_index, act_index, rows) -> bool``: close the
+            connection instead of answering.
+
+    Attributes:
+        acts: ``(conn_index, rows)`` for every ``ACT``, rows as
+            ``protocol.served.ActRows``.
+        violations: the protocol errors the client committed, as raised by the ``Connection``.
+        errors: anything else that went wrong on the peer's thread.
+    """
+
+    def __init__(self, *, hold_s: float = 0.0, hold_acts: int = 0, answer=None, drop=None,
+                 timeout: float = 10.0) -> None:
+        self.hold_s, self.hold_acts, self.answer, self.drop, self.timeout = hold_s, hold_acts, answer, drop, timeout
+        self.acts: list[tuple[int, ActRows]] = []
+        self.violations: list[ProtocolError] = []
+        self.errors: list[BaseException] = []
+        self.errors_received: list[tuple[str, str]] = []
+        self.agreed: list[frozenset[str]] = []
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def __enter__(self) -> "ServedPeer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout + 2)
+        self._listener.close()
+        assert not self._thread.is_alive(), "the served-actions peer did not stop"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            index = self.connections
+            self.connections += 1
+            try:
+                with sock:
+                    self._handle(sock, index)
+            except ProtocolError as exc:
+                self.violations.append(exc)
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+            except BaseException as exc:  # recorded for the test to assert on
+                self.errors.append(exc)
+
+    def _handle(self, sock: socket.socket, index: int) -> None:
+        conn = Connection(Role.SERVER, extensions=["served_actions", "want_steps", "ack"], agent="served-peer/0")
+        sock.settimeout(self.timeout)
+        while not self._stop.is_set():
+            data = sock.recv(1 << 16)
+            if data:
+                conn.receive_data(data)
+            else:
+                conn.receive_eof()
+            while (event := conn.next_event()) is not None:
+                if isinstance(event, ConnectionClosed):
+                    return
+                if isinstance(event, ErrorReceived):
+                    self.errors_received.append((event.code, event.message))
+                    return
+                if isinstance(event, HandshakeDone):
+                    self.agreed.append(event.extensions)
+                elif isinstance(event, ConfigRequested):
+                    conn.send_config(encode_message({"type": "SET_CONFIG", "config": CONFIG}))
+                elif isinstance(event, StateRequested):
+                    conn.send_state(encode_body_once(build_state(PARAMS, 1)), want_steps=UPDATE_STEPS)
+                elif isinstance(event, ActReceived):
+                    act = len(self.acts)
+                    self.acts.append((index, event.rows))
+                    if self.drop is not None and self.drop(index, act, event.rows):
+                        return
+                    if act < self.hold_acts:
+                        self._read_meanwhile(sock, conn)
+                    envs = [e for e, wants in zip(event.rows.env, event.rows.wants_action) if wants]
+                    obs = np.asarray(event.rows.obs)[event.rows.wants_action]
+                    actions = np.array([lean_rule(o) for o in obs], np.int64)
+                    if self.answer is not None:
+                        envs, actions = self.answer(act, envs, actions)
+                    conn.send_actions(envs, actions, 7)
+                else:
+                    raise AssertionError(f"served peer: unexpected event {event}")
+                sock.sendall(b"".join(conn.data_to_send()))
+            if not data:
+                return
+
+    def _read_meanwhile(self, sock: socket.socket, conn: Connection) -> None:
+        """Hold the answer back and take in all the client sends meanwhile: it must send nothing."""
+        time.sleep(self.hold_s)
+        sock.setblocking(False)
+        try:
+            while True:
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    break
+                conn.receive_data(chunk)
+        except BlockingIOError:
+            pass
+        finally:
+            sock.settimeout(self.timeout)
+        assert conn.next_event() is None  # raises UnsupportedMessage if anything came before the ACTIONS
+
+
+def lean_rule(obs) -> int:
+    """Push the cart the way the pole is falling: mean return ~200 on CartPole (random: ~22)."""
+    return int(obs[3] > 0)
+
+
+def cartpole_step(obs, action: int) -> np.ndarray:
+    """gymnasium's CartPole-v1 step from observation ``obs``, as ``examples/cartpole.cpp`` computes it."""
+    x, x_dot, theta, theta_dot = (float(v) for v in obs)
+    force = 10.0 if action == 1 else -10.0
+    cos, sin = math.cos(theta), math.sin(theta)
+    temp = (force + 0.05 * theta_dot * theta_dot * sin) / 1.1
+    theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos * cos / 1.1))
+    x_acc = temp - 0.05 * theta_acc * cos / 1.1
+    return np.array([x + 0.02 * x_dot, x_dot + 0.02 * x_acc, theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc])
+
+
+def rows_of(acts: list[tuple[int, ActRows]], conn: Optional[int] = None) -> list[tuple[int, int, dict]]:
+    """Every row received, as ``(act_index, env, fields)``, in order (of connection ``conn`` only, if given)."""
+    out = []
+    for act, (index, rows) in enumerate(acts):
+        if conn is not None and index != conn:
+            continue
+        for i, env in enumerate(rows.env):
+            out.append((act, env, {"obs": np.asarray(rows.obs[i]), "reward": float(rows.reward[i]),
+                                   "start": bool(rows.start[i]), "terminated": bool(rows.terminated[i]),
+                                   "truncated": bool(rows.truncated[i])}))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -386,9 +561,105 @@ def test_plain_rllib_server_with_a_pickled_config(cpp):
     assert "plain RLlink" in result.stderr
 
 
-def test_served_actions_are_not_built_yet(cpp):
-    result = cartpole(cpp, "--served-actions", "--address", "127.0.0.1:9")
-    assert result.returncode == 2 and "not built yet" in result.stderr
+# ----------------------------------------------------------------------
+# Served actions (PROTOCOL.md 10.5), against a scripted runner
+
+
+def test_served_actions_rows_are_those_of_section_10_5(cpp):
+    envs, ticks = 4, 1000
+    with ServedPeer(hold_s=0.05, hold_acts=5) as peer:
+        result = cartpole(cpp, "--served-actions", "--envs", str(envs), "--address", peer.address,
+                          "--max-steps", str(envs * ticks), "--seed", "5")
+    assert result.returncode == 0, result.stderr
+    assert peer.errors == [] and peer.violations == []  # one ACT outstanding, and every ACT well-formed
+    assert peer.connections == 1 and "served_actions" in peer.agreed[0]
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == envs * ticks and summary["weights_seq_no"] == 7
+    # One ACT per tick, and a last one that reports the last actions' results.
+    assert len(peer.acts) == ticks + 1
+    assert all(np.asarray(rows.obs).dtype == np.float32 and np.asarray(rows.obs).shape == (len(rows), 4)
+               for _, rows in peer.acts)
+    first = peer.acts[0][1]
+    assert first.env == list(range(envs)) and first.start.all() and not first.reward.any()
+
+    rows = rows_of(peer.acts)
+    last_act = len(peer.acts) - 1
+    open_at: dict[int, np.ndarray] = {}  # env -> its observation when it last got an action
+    action_of: dict[int, int] = {}
+    length: dict[int, int] = {}
+    returns: list[float] = []
+    for index, (act, env, row) in enumerate(rows):
+        if row["start"]:
+            assert env not in open_at, f"env {env} started again with its episode open"
+            assert np.all(np.abs(row["obs"]) <= 0.05)  # CartPole's reset
+            length[env] = 0
+        else:
+            # Reports what the env's last action led to: reward 1, and CartPole's step from there.
+            assert env in open_at, f"env {env}: a row outside an episode"
+            assert row["reward"] == 1.0
+            np.testing.assert_allclose(row["obs"], cartpole_step(open_at[env], action_of[env]), atol=1e-5)
+            length[env] += 1
+            del open_at[env]
+        if row["terminated"] or row["truncated"]:
+            # No action is wanted; a start row for the same env follows in the same ACT (but in the last).
+            if act < last_act:
+                assert rows[index + 1][:2] == (act, env) and rows[index + 1][2]["start"]
+            if row["terminated"] or length[env] == 500:
+                returns.append(float(length[env]))
+            continue
+        open_at[env] = row["obs"]
+        action_of[env] = lean_rule(row["obs"])
+    # The last ACT ends every open episode (truncated: the run stopped); nothing more is wanted.
+    assert open_at == {} and not peer.acts[-1][1].wants_action.any()
+    assert sum(not r["start"] for _, _, r in rows) == envs * ticks
+    assert summary["episodes"] == len(returns) > 10
+    assert summary["mean_return_last_20"] == pytest.approx(np.mean(returns[-20:]), abs=0.05)
+    assert summary["mean_return_last_20"] > 100  # the rule's ~200; random actions: ~22
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda act, envs, actions: (envs[::-1], actions), "for envs [3, 2, 1, 0], but actions were asked for [0, 1, 2, 3]"),
+    (lambda act, envs, actions: (envs, actions[:-1]), "3 actions for 4 envs"),
+], ids=["wrong_envs", "too_few_actions"])
+def test_served_actions_for_other_envs_are_a_clear_error(cpp, answer, message):
+    def on_third(act, envs, actions):
+        return answer(act, envs, actions) if act == 2 else (envs, actions)
+
+    with ServedPeer(answer=on_third) as peer:
+        result = cartpole(cpp, "--served-actions", "--envs", "4", "--address", peer.address, "--max-steps", "100")
+    assert result.returncode == 1
+    assert "protocol error (invalid_message)" in result.stderr and f"ACTIONS: {message}" in result.stderr, result.stderr
+    assert len(peer.acts) == 3 and peer.violations == [] and peer.errors == []
+
+
+def test_served_actions_start_every_episode_again_after_a_reconnect(cpp):
+    def drop_at_the_first_episode_end(conn, act, rows):
+        return conn == 0 and bool((rows.terminated | rows.truncated).any())
+
+    with ServedPeer(drop=drop_at_the_first_episode_end) as peer:
+        result = cartpole(cpp, "--served-actions", "--envs", "3", "--address", peer.address, "--max-steps", "1500",
+                          "--reliable", "--seed", "2")
+    assert result.returncode == 0, result.stderr
+    assert peer.errors == [] and peer.violations == [] and peer.connections == 2
+    assert summary_of(result.stdout)["reconnects"] == 1
+    assert "3 episode(s) interrupted" in result.stderr, result.stderr
+    # The unanswered ACT held an ending row, a start row and two rows that went on.
+    dropped = peer.acts[[conn for conn, _ in peer.acts].index(1) - 1][1]
+    assert dropped.start.sum() == 1 and (dropped.terminated | dropped.truncated).sum() == 1
+    # The runner closed all three episodes: on the new connection each env starts again, in the same order,
+    # the one that had ended only with its start row.
+    resent = next(rows for conn, rows in peer.acts if conn == 1)
+    assert resent.env == [e for e, s in zip(dropped.env, dropped.start | dropped.wants_action) if s]
+    assert resent.start.all() and not (resent.terminated | resent.truncated).any()
+    np.testing.assert_array_equal(np.asarray(resent.obs), np.asarray(dropped.obs)[dropped.wants_action])
+
+
+def test_served_actions_need_a_runner_that_serves_them(cpp):
+    with ScriptedRunner() as server:  # rlinks' extensions, but not served_actions
+        result = cartpole(cpp, "--served-actions", "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 3, result.stderr
+    assert "does not serve actions" in result.stderr and "served_actions" in result.stderr
+    assert server.types() == ["PING"]  # nothing asked of a runner that did not agree
 
 
 # ----------------------------------------------------------------------
@@ -436,4 +707,60 @@ def test_cpp_clients_train_ppo_cartpole_to_450(cpp, tmp_path):
         assert "the learner stopped" in text, text
         assert summary_of(text)["steps"] > 0
     print(f"C++ clients trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s "
+          f"({sum(summary_of(t)['steps'] for t in client_outputs):.0f} env steps)")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cpp_clients_with_served_actions_train_ppo_cartpole_to_150(cpp, tmp_path):
+    """`rlinks learner` computing the actions for 3 C++ clients of 2 CartPoles each (PROTOCOL.md 10.5)."""
+    output = tmp_path / "run"
+    started = time.monotonic()
+    learner = subprocess.Popen(
+        [sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0",
+         "--output", str(output), "--stop-reward", "150"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    clients: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (output / "directory.json").exists():
+            assert learner.poll() is None, learner.stdout.read()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        directory = json.loads((output / "directory.json").read_text())
+        address = f"{directory['host']}:{directory['port']}"
+        probe = cartpole(cpp, "--served-actions", "--address", address, "--max-steps", "0", timeout=120)
+        if probe.returncode == 3 and "does not serve actions" in probe.stderr:
+            pytest.skip("rlinks' runner does not agree to served_actions yet")
+        assert probe.returncode == 0, probe.stderr
+        clients = [
+            subprocess.Popen([str(cpp / "cartpole"), "--served-actions", "--envs", "2", "--address", address,
+                              "--max-steps", "10000000", "--seed", str(10 * i)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(3)
+        ]
+        out, _ = learner.communicate(timeout=780)
+        client_outputs = [client.communicate(timeout=60)[0] for client in clients]
+    finally:
+        for proc in clients:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        if learner.poll() is None:
+            # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
+            learner.send_signal(signal.SIGINT)
+            try:
+                learner.communicate(timeout=120)  # ~50 s on 2 busy cores
+            except subprocess.TimeoutExpired:
+                learner.kill()
+                learner.communicate(timeout=10)
+    elapsed = time.monotonic() - started
+    assert learner.returncode == 0, out
+    reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
+    assert reached >= 150
+    for text in client_outputs:
+        assert "the learner stopped" in text, text
+        assert summary_of(text)["steps"] > 0
+    print(f"C++ clients with served actions trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s "
           f"({sum(summary_of(t)['steps'] for t in client_outputs):.0f} env steps)")

@@ -7,9 +7,15 @@
 //   3. record each step into episode chunks;
 //   4. send the chunks, on-policy, and continue with the new weights.
 //
+// With --served-actions the runner runs the policy instead (PROTOCOL.md
+// section 10.5): each tick, one ACT reports every env's observation and the
+// reward of its last action, and the ACTIONS say what each env does next.
+// No weights, no network, no episode recording here (run_served below).
+//
 // Run a learner first (rlinks learner --config configs/ppo_cartpole.yaml),
 // then one or more copies of this:
 //   cartpole --address 127.0.0.1:5555
+//   cartpole --address 127.0.0.1:5555 --served-actions --envs 8
 
 #include <array>
 #include <cmath>
@@ -49,7 +55,10 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --secret-file PATH     shared secret for an authenticating learner (or set RLINKS_SECRET)
   --ca-file, --cert-file, --key-file PATH
                          TLS: CA to check the server with; client certificate and key
-  --served-actions       ask the learner to compute actions (not built yet)
+  --served-actions       the learner computes the actions (served_actions): send
+                         observations, get actions; no weights or network here
+  --envs N               served actions: CartPoles stepped together, one ACT per
+                         tick (default 1)
 )";
 
 // gymnasium's CartPole-v1: the same constants, Euler integration, reward 1
@@ -119,6 +128,7 @@ struct Args {
   std::optional<uint64_t> seed;
   bool reliable = false;
   bool served_actions = false;
+  uint64_t envs = 1;
   double timeout_s = 120.0;
   int retry_attempts = 20;
   uint64_t fragment_steps = 500;
@@ -167,6 +177,8 @@ Args parse_args(int argc, char** argv) {
       args.reliable = true;
     } else if (flag == "--served-actions") {
       args.served_actions = true;
+    } else if (flag == "--envs") {
+      args.envs = parse_count(flag, value());
     } else if (flag == "--timeout") {
       args.timeout_s = double(parse_count(flag, value()));
     } else if (flag == "--retry-attempts") {
@@ -187,6 +199,11 @@ Args parse_args(int argc, char** argv) {
       usage_error("unknown option '" + flag + "'");
     }
   }
+  // An env that ends its episode takes two rows of one ACT (the end, then the start of the next).
+  if (args.envs < 1 || args.envs > rlinks::kMaxActRows / 2) {
+    usage_error("--envs needs 1 to " + std::to_string(rlinks::kMaxActRows / 2) + " envs");
+  }
+  if (args.envs > 1 && !args.served_actions) usage_error("--envs N > 1 needs --served-actions");
   return args;
 }
 
@@ -314,15 +331,113 @@ void run(const Args& args, rlinks::Client& client, Summary& summary) {
   if (!on_policy) client.flush();
 }
 
+// The learner must be set up for CartPole; rlinks' runner says how (RLlib's
+// own server serves no actions, so it never gets this far).
+void check_cartpole_config(rlinks::Client& client) {
+  if (const std::optional<rlinks::RunnerConfig> config = client.get_config()) {
+    if (config->discrete_actions.value_or(0) != 2 || config->observation_shape != std::vector<uint64_t>{4}) {
+      throw rlinks::UsageError("the learner is not set up for CartPole (Box(4) observations, Discrete(2) actions)");
+    }
+  }
+}
+
+// Served actions (section 10.5): N CartPoles, all stepped with one ACT per tick.
+//
+// Each env's row reports where its last action led: the observation now and
+// the reward. An episode that ended gets its ending row (terminated or
+// truncated, with the final observation; no action is wanted for it) and,
+// in the same ACT, a start row with the first observation after the reset.
+// The ACTIONS hold one action per row that wants one, in row order.
+void run_served(const Args& args, rlinks::Client& client, Summary& summary) {
+  const uint64_t seed = args.seed ? *args.seed : std::random_device{}();
+  client.connect();
+  if (!client.agreed(rlinks::extension::served_actions)) {
+    throw rlinks::NotAgreed(client.address().str() + " did not agree to served_actions (" +
+                            (client.plain_rllib() ? std::string("plain RLlink") : client.server_agent()) + ")");
+  }
+  check_cartpole_config(client);
+  std::cerr << "cartpole: connected to " << client.address().str() << " (" << client.server_agent() << "); "
+            << args.envs << " env(s), actions served by the learner" << std::endl;
+
+  // What each env did since its last row: the result of the action it took.
+  struct Env {
+    CartPole cartpole;
+    CartPole::Observation observation{};
+    std::optional<CartPole::Step> result;  // the last action's, not yet reported
+    double episode_return = 0.0;
+  };
+  std::vector<Env> envs;
+  rlinks::ActBuilder rows(4);
+  for (uint64_t i = 0; i < args.envs; ++i) {
+    envs.push_back(Env{CartPole(seed + i), {}, std::nullopt, 0.0});
+    envs[i].observation = envs[i].cartpole.reset();
+    rows.start(uint32_t(i), envs[i].observation.data());
+  }
+  auto local_start = rlinks::Clock::now();
+  const auto add_local_time = [&] {
+    summary.local_seconds += std::chrono::duration<double>(rlinks::Clock::now() - local_start).count();
+  };
+  const auto end_episode = [&](Env& env) {
+    summary.returns.push_back(env.episode_return);
+    if (summary.returns.size() > 20) summary.returns.pop_front();
+    ++summary.episodes;
+    env.episode_return = 0.0;
+  };
+
+  while (summary.steps < args.max_steps && !stop_requested) {
+    // Every env that acted reports what came of it.
+    for (uint64_t i = 0; i < args.envs; ++i) {
+      Env& env = envs[i];
+      if (!env.result) continue;
+      const CartPole::Step step = *env.result;
+      env.result.reset();
+      rows.step(uint32_t(i), step.observation.data(), step.reward, step.terminated, step.truncated);
+      if (step.terminated || step.truncated) {
+        end_episode(env);
+        env.observation = env.cartpole.reset();
+        rows.start(uint32_t(i), env.observation.data());
+      }
+    }
+    add_local_time();
+    const rlinks::ActionsReply reply = client.act(rows.take());
+    local_start = rlinks::Clock::now();
+    summary.weights_seq_no = reply.weights_seq_no;
+    if (!reply.interrupted.empty()) {
+      // The connection dropped and the runner closed these envs' episodes; the
+      // library started them again from where the envs are (see Client::act).
+      std::cerr << "cartpole: " << reply.interrupted.size()
+                << " episode(s) interrupted by the lost connection; the runner records them from here on" << std::endl;
+    }
+    for (size_t j = 0; j < reply.size() && summary.steps < args.max_steps; ++j) {
+      const int64_t action = reply.discrete(j);
+      if (action != 0 && action != 1) {
+        throw rlinks::ProtocolError(rlinks::ErrorCode::invalid_message,
+                                    "ACTIONS: action " + std::to_string(action) + " for env " +
+                                        std::to_string(reply.env[j]) + " is not in CartPole's Discrete(2)");
+      }
+      Env& env = envs.at(reply.env[j]);
+      env.result = env.cartpole.step(action);
+      env.observation = env.result->observation;
+      env.episode_return += env.result->reward;
+      ++summary.steps;
+    }
+  }
+  add_local_time();
+  // Done: report the last actions' results and end the open episodes there
+  // (truncated: the run stops), so that the runner keeps those steps too.
+  for (uint64_t i = 0; i < args.envs; ++i) {
+    const std::optional<CartPole::Step>& step = envs[i].result;
+    if (!step) continue;
+    rows.step(uint32_t(i), step->observation.data(), step->reward, step->terminated, !step->terminated);
+    if (step->terminated || step->truncated) end_episode(envs[i]);
+  }
+  if (!rows.empty()) client.act(rows.take());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
-  if (args.served_actions) {
-    std::cerr << "cartpole: --served-actions is not built yet: a learner that computes actions for the client is a "
-                 "protocol extension still to come. This client computes its actions locally; run it without the flag.\n";
-    return 2;
-  }
   std::signal(SIGTERM, request_stop);
   std::signal(SIGINT, request_stop);
 
@@ -335,9 +450,14 @@ int main(int argc, char** argv) {
     options.reliable = args.reliable;
     options.secret = rlinks::load_secret(args.secret_file);
     options.tls = {args.ca_file, args.cert_file, args.key_file, ""};
+    if (args.served_actions) options.extensions.push_back(std::string(rlinks::extension::served_actions));
     rlinks::Client client(args.address, options);
     try {
-      run(args, client, summary);
+      if (args.served_actions) {
+        run_served(args, client, summary);
+      } else {
+        run(args, client, summary);
+      }
     } catch (const rlinks::ServerError& error) {
       if (error.code() != "shutting_down") throw;
       std::cerr << "cartpole: the learner stopped; done" << std::endl;  // the normal end of a training run
@@ -345,6 +465,11 @@ int main(int argc, char** argv) {
     summary.print(client.stats());
     client.close();
     return 0;
+  } catch (const rlinks::NotAgreed& error) {
+    std::cerr << "cartpole: the learner does not serve actions: " << error.what()
+              << "; run without --served-actions" << std::endl;
+    summary.print(rlinks::ClientStats{});
+    return 3;
   } catch (const rlinks::ServerError& error) {
     std::cerr << "cartpole: the learner refused us: " << error.code() << ": " << error.text() << std::endl;
     status = 1;

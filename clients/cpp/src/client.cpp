@@ -43,8 +43,10 @@ Client::Client(std::string_view address, ClientOptions options)
   if (options_.retry_attempts < 1) throw UsageError("retry_attempts must be at least 1");
   if (options_.max_unacked < 1) throw UsageError("max_unacked must be at least 1");
   for (const std::string& name : options_.extensions) {
-    if (name != extension::want_steps && name != extension::ack && name != extension::endpoints) {
-      throw UsageError("unknown extension '" + name + "' (known: want_steps, ack, endpoints; auth is offered when there is a secret)");
+    if (name != extension::want_steps && name != extension::ack && name != extension::endpoints &&
+        name != extension::served_actions) {
+      throw UsageError("unknown extension '" + name +
+                       "' (known: want_steps, ack, endpoints, served_actions; auth is offered when there is a secret)");
     }
   }
   if (!options_.secret.empty()) {
@@ -173,6 +175,109 @@ WeightsUpdate Client::send_episodes_and_get_state(std::vector<Value> episodes) {
                  "; on-policy, this includes the learner's training step: raise the timeout if it takes longer");
   });
   return weights_update(reply);
+}
+
+ActionsReply Client::act(std::vector<uint32_t> env, NdArray obs, std::vector<double> reward, std::vector<bool> start,
+                         std::vector<bool> terminated, std::vector<bool> truncated) {
+  ActRows rows;
+  rows.env = std::move(env);
+  rows.obs = std::move(obs);
+  rows.reward = std::move(reward);
+  rows.start = std::move(start);
+  rows.terminated = std::move(terminated);
+  rows.truncated = std::move(truncated);
+  return act(rows);
+}
+
+ActionsReply Client::act(const ActRows& rows) {
+  if (closed_) throw UsageError("this client was closed; make a new one");
+  if (std::find(options_.extensions.begin(), options_.extensions.end(), extension::served_actions) ==
+      options_.extensions.end()) {
+    throw UsageError("act() needs the served_actions extension: add \"served_actions\" to ClientOptions::extensions");
+  }
+  rows.check();
+  // The caller's mistakes are found here, before anything is sent: a reconnect
+  // only moves envs from open to lost, which the plan treats alike but for
+  // the rewriting.
+  plan_act(rows, open_envs_, lost_envs_);
+  return run("act", [&] {
+    drain();
+    if (!agreed(extension::served_actions)) {
+      throw NotAgreed(address_.str() + " did not agree to served_actions: it does not compute actions for its clients (" +
+                      (plain_ ? std::string("plain RLlink") : "agent '" + server_agent_ + "'") +
+                      "); run the policy locally and send episodes instead");
+    }
+    if (open_generation_ != generation_) {
+      // A new connection: the runner closed every episode open on the old one.
+      lost_envs_.insert(open_envs_.begin(), open_envs_.end());
+      open_envs_.clear();
+      open_generation_ = generation_;
+    }
+    ActPlan plan = plan_act(rows, open_envs_, lost_envs_);
+    ActionsReply reply;
+    if (plan.rows) {
+      send_message(make_act(*plan.rows), "ACT");
+      const Value message = await(MessageType::actions, "ACTIONS (after our ACT)",
+                                  "; on-policy, once the runner has its share of the update this includes the "
+                                  "learner's training step: raise the timeout if it takes longer");
+      try {
+        reply = read_actions(message, plan.wanting);
+      } catch (const ProtocolError& error) {
+        throw ProtocolError(error.code(), address_.str() + " answered our ACT wrongly: " + error.what());
+      }
+      ++counters_.acts_sent;
+      counters_.act_rows_sent += plan.rows->size();
+      actions_seq_no_ = reply.weights_seq_no;
+    } else {
+      reply.weights_seq_no = actions_seq_no_;
+    }
+    reply.interrupted = std::move(plan.interrupted);
+    counters_.episodes_interrupted += reply.interrupted.size();
+    open_envs_ = std::move(plan.open_after);
+    lost_envs_ = std::move(plan.lost_after);
+    return reply;
+  });
+}
+
+// What to send for `rows` when the runner has episodes open for `open` and
+// closed those of `lost` when a connection dropped (section 10.5: a row for an
+// env with no open episode must be a start row).
+Client::ActPlan Client::plan_act(const ActRows& rows, const std::unordered_set<uint32_t>& open,
+                                 const std::unordered_set<uint32_t>& lost) const {
+  ActPlan plan;
+  plan.open_after = open;
+  plan.lost_after = lost;
+  std::vector<size_t> kept;
+  std::vector<bool> kept_start;
+  for (size_t row = 0; row < rows.size(); ++row) {
+    const uint32_t env = rows.env[row];
+    bool start = rows.start[row];
+    if (plan.lost_after.erase(env) > 0) {
+      // Its episode was closed when a connection dropped: start it again
+      // here, or leave out the row that would have ended it.
+      plan.interrupted.push_back(env);
+      if (!start && rows.ends(row)) continue;
+      start = true;
+    } else if (!start && plan.open_after.count(env) == 0) {
+      throw UsageError("ACT row " + std::to_string(row) + ": env " + std::to_string(env) +
+                       " has no open episode (its first row, and its first row after one that ends its episode, "
+                       "must be a start row)");
+    }
+    if (start) plan.open_after.insert(env);
+    if (rows.ends(row)) {
+      plan.open_after.erase(env);
+    } else {
+      plan.wanting.push_back(env);
+    }
+    kept.push_back(row);
+    kept_start.push_back(start);
+  }
+  if (kept.size() == rows.size() && plan.interrupted.empty()) {
+    plan.rows = rows;
+  } else if (!kept.empty()) {
+    plan.rows = rows.select(kept, kept_start);
+  }
+  return plan;
 }
 
 void Client::flush() {

@@ -13,7 +13,7 @@ struct TypeName {
   const char* name;
 };
 
-constexpr std::array<TypeName, 14> kTypeNames{{
+constexpr std::array<TypeName, 16> kTypeNames{{
     {MessageType::ping, "PING"},
     {MessageType::pong, "PONG"},
     {MessageType::get_config, "GET_CONFIG"},
@@ -28,6 +28,8 @@ constexpr std::array<TypeName, 14> kTypeNames{{
     {MessageType::auth_ok, "AUTH_OK"},
     {MessageType::get_endpoints, "GET_ENDPOINTS"},
     {MessageType::endpoints, "ENDPOINTS"},
+    {MessageType::act, "ACT"},
+    {MessageType::actions, "ACTIONS"},
 }};
 
 // RLlib's old API stack: recognised, always refused.
@@ -36,7 +38,7 @@ constexpr std::array<const char*, 10> kOldApiTypes{
     "START_EPISODE", "GET_ACTION",       "LOG_ACTION",      "LOG_RETURNS", "END_EPISODE",
 };
 
-enum Accepts : unsigned { kCount = 1, kStr = 2, kBin = 4, kList = 8, kMapField = 16 };
+enum Accepts : unsigned { kCount = 1, kStr = 2, kBin = 4, kList = 8, kMapField = 16, kNdArray = 32 };
 
 struct FieldRule {
   MessageType type;
@@ -45,7 +47,7 @@ struct FieldRule {
   bool required;
 };
 
-constexpr std::array<FieldRule, 18> kFieldRules{{
+constexpr std::array<FieldRule, 27> kFieldRules{{
     {MessageType::ping, "rlinks", kMapField, false},
     {MessageType::pong, "rlinks", kMapField, false},
     {MessageType::set_config, "config", kBin | kMapField, true},
@@ -64,12 +66,21 @@ constexpr std::array<FieldRule, 18> kFieldRules{{
     {MessageType::auth, "proof", kBin, true},
     {MessageType::auth_ok, "proof", kBin, true},
     {MessageType::endpoints, "endpoints", kList, true},
+    {MessageType::act, "env", kList, true},
+    {MessageType::act, "obs", kNdArray | kList, true},
+    {MessageType::act, "reward", kNdArray | kList, true},
+    {MessageType::act, "start", kNdArray | kList, true},
+    {MessageType::act, "terminated", kNdArray | kList, true},
+    {MessageType::act, "truncated", kNdArray | kList, true},
+    {MessageType::actions, "env", kList, true},
+    {MessageType::actions, "actions", kNdArray | kList, true},
+    {MessageType::actions, "weights_seq_no", kCount, true},
 }};
 
 bool accepted(const Value& value, unsigned accepts) {
   return ((accepts & kCount) && value.is_count()) || ((accepts & kStr) && value.is_str()) ||
          ((accepts & kBin) && value.is_bin()) || ((accepts & kList) && value.is_array()) ||
-         ((accepts & kMapField) && value.is_map());
+         ((accepts & kMapField) && value.is_map()) || ((accepts & kNdArray) && value.is_ndarray());
 }
 
 std::string expected(unsigned accepts) {
@@ -82,6 +93,7 @@ std::string expected(unsigned accepts) {
   add(kCount, "an int >= 0");
   add(kStr, "str");
   add(kBin, "bin");
+  add(kNdArray, "a numpy array");
   add(kList, "a list");
   add(kMapField, "a map");
   return text;

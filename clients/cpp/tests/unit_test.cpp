@@ -1,4 +1,4 @@
-// Unit tests of the codec, framing, offer, weights, policy and episode builder.
+// Unit tests of the codec, framing, offer, weights, policy, episode builder and served-actions rows.
 // Prints "N passed, M failed" and exits non-zero on any failure.
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rlinks/address.hpp"
+#include "rlinks/client.hpp"
 #include "rlinks/episode_builder.hpp"
 #include "rlinks/framing.hpp"
 #include "rlinks/messages.hpp"
@@ -16,6 +17,7 @@
 #include "rlinks/msgpack.hpp"
 #include "rlinks/offer.hpp"
 #include "rlinks/sampling.hpp"
+#include "rlinks/served.hpp"
 #include "rlinks/weights.hpp"
 
 using namespace rlinks;
@@ -403,6 +405,107 @@ void test_episode_builder() {
   CHECK(throws<UsageError>([&] { builder.step(0, 1.0, observation, false, false, {logits}); }));
 }
 
+Value round_trip(const Value& message) {
+  const Bytes frame = encode_frame(message);
+  return decode(Bytes(frame.begin() + kHeaderBytes, frame.end()));
+}
+
+void test_served_rows() {
+  ActBuilder builder(2);
+  const float a[2] = {0.5f, -1.0f}, b[2] = {2.0f, 3.0f};
+  builder.start(4, a);
+  builder.step(9, b, 1.0, true, false);  // ends env 9's episode ...
+  builder.start(9, a);                   // ... and starts the next in the same ACT
+  builder.step(2, b, -0.25);
+  CHECK(builder.size() == 4);
+  const ActRows rows = builder.take();
+  CHECK(builder.empty() && rows.size() == 4);
+  CHECK((rows.wanting_actions() == std::vector<uint32_t>{4, 9, 2}));
+
+  // The wire form: env a list of ints, obs <f4 (k, 2), reward <f4, flags |b1.
+  const Value act = round_trip(make_act(rows));
+  CHECK(validate_message(act) == MessageType::act);
+  CHECK((act.find("env")->as_array() == Array{4, 9, 9, 2}));
+  const NdArray& obs = act.find("obs")->as_ndarray();
+  CHECK(obs.dtype().str() == "<f4" && (obs.shape() == std::vector<uint64_t>{4, 2}) && obs.number(2) == 2.0 &&
+        obs.number(7) == 3.0);
+  const NdArray& reward = act.find("reward")->as_ndarray();
+  CHECK(reward.dtype().str() == "<f4" && reward.number(1) == 1.0 && reward.number(3) == -0.25 && reward.number(0) == 0);
+  const NdArray& start = act.find("start")->as_ndarray();
+  CHECK(start.dtype().str() == "|b1" && start.number(0) == 1 && start.number(1) == 0 && start.number(2) == 1);
+  CHECK(act.find("terminated")->as_ndarray().number(1) == 1 && act.find("truncated")->as_ndarray().number(1) == 0);
+
+  // Rows chosen and restarted (what a reconnect does with them).
+  const ActRows kept = rows.select({2, 3}, {true, true});
+  CHECK((kept.env == std::vector<uint32_t>{9, 2}) && kept.start[1] && !kept.ends(0));
+  CHECK((kept.obs.shape() == std::vector<uint64_t>{2, 2}) && kept.obs.number(0) == 0.5 && kept.obs.number(2) == 2.0);
+
+  // The caller's mistakes are UsageErrors.
+  ActRows bad = rows;
+  bad.terminated[0] = true;  // a start row that also ends
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  bad = rows;
+  bad.reward.pop_back();
+  CHECK(throws<UsageError>([&] { make_act(bad); }));
+  bad = rows;
+  bad.reward[3] = std::nan("");
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  bad = rows;
+  bad.obs = NdArray::from_float32({3, 2}, std::vector<float>(6).data());
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  CHECK(throws<UsageError>([&] { ActRows{}.check(); }));
+  CHECK(throws<UsageError>([&] { builder.start(kMaxEnvId + 1, a); }));
+  CHECK(throws<UsageError>([&] { builder.step(1, a, 1e39); }));  // not a finite float32
+
+  // A client checks, before connecting, that each env's episode was started.
+  ClientOptions options;
+  options.extensions.push_back("served_actions");
+  options.retry_attempts = 1;
+  Client client("127.0.0.1:9", options);
+  ActBuilder orphan(2);
+  orphan.step(3, a, 1.0);
+  CHECK(throws<UsageError>([&] { client.act(orphan.take()); }));
+  CHECK(throws<UsageError>([&] { Client("127.0.0.1:9").act(rows); }));  // served_actions not offered
+}
+
+void test_served_actions_reply() {
+  const std::vector<uint32_t> asked{4, 9, 2};
+  const int64_t values[3] = {1, 0, 1};
+  const auto actions_message = [](Value env, Value actions) {
+    return round_trip(make_message(MessageType::actions, {{"env", std::move(env)}, {"actions", std::move(actions)},
+                                                          {"weights_seq_no", 12}}));
+  };
+  const ActionsReply reply = read_actions(actions_message(Array{4, 9, 2}, NdArray::from_int64({3}, values)), asked);
+  CHECK((reply.env == asked) && reply.weights_seq_no == 12 && reply.size() == 3);
+  CHECK(reply.discrete(0) == 1 && reply.discrete(1) == 0 && reply.discrete(2) == 1);
+  const ActionsReply listed = read_actions(actions_message(Array{4, 9, 2}, Array{1, 0, 1}), asked);
+  CHECK(listed.actions.dtype().str() == "<i8" && listed.discrete(2) == 1);
+  CHECK(read_actions(actions_message(Array{4, 9, 2}, Array{1, 0.5, 1}), asked).actions.dtype().str() == "<f8");
+  CHECK(read_actions(actions_message(Array{}, Array{}), {}).size() == 0);
+  const float box[6] = {0, 1, 2, 3, 4, 5};
+  const ActionsReply boxed = read_actions(actions_message(Array{4, 9, 2}, NdArray::from_float32({3, 2}, box)), asked);
+  CHECK((boxed.actions.shape() == std::vector<uint64_t>{3, 2}));
+  CHECK_REFUSED(invalid_message, boxed.discrete(0));  // not a Discrete space's form
+
+  // Not the envs asked, not in their order, not one action each: invalid_message.
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{9, 4, 2}, NdArray::from_int64({3}, values)), asked));
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{4, 9}, NdArray::from_int64({2}, values)), asked));
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{4, 9, 2}, NdArray::from_int64({2}, values)), asked));
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{4, 9, "2"}, Array{1, 0, 1}), asked));
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{4, 9, -2}, Array{1, 0, 1}), asked));
+  CHECK_REFUSED(invalid_message, read_actions(actions_message(Array{4, 9, 2}, Array{1, "left", 1}), asked));
+  CHECK_REFUSED(invalid_message, read_actions(make_message(MessageType::actions, {{"env", Array{4, 9, 2}}, {"actions", 1},
+                                                                                 {"weights_seq_no", 1}}), asked));
+  CHECK_REFUSED(invalid_message, read_actions(make_message(MessageType::actions, {{"env", Array{}}, {"actions", Array{}}}), {}));
+  try {
+    read_actions(actions_message(Array{9, 4, 2}, NdArray::from_int64({3}, values)), asked);
+  } catch (const ProtocolError& error) {
+    CHECK(std::string(error.what()) ==
+          "ACTIONS: for envs [9, 4, 2], but actions were asked for [4, 9, 2] (the rows that wanted one, in row order)");
+  }
+  CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::act, {{"env", Array{1}}})));
+}
+
 }  // namespace
 
 int main() {
@@ -417,6 +520,8 @@ int main() {
       {"offer and address", test_offer_and_address},
       {"weights and network", test_weights_and_network},
       {"episode builder", test_episode_builder},
+      {"served rows", test_served_rows},
+      {"served actions reply", test_served_actions_reply},
   };
   int passed = 0, failed = 0;
   for (const auto& [name, test] : tests) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "rlinks/address.hpp"
@@ -16,6 +17,7 @@
 #include "rlinks/messages.hpp"
 #include "rlinks/offer.hpp"
 #include "rlinks/runner_config.hpp"
+#include "rlinks/served.hpp"
 #include "rlinks/transport.hpp"
 #include "rlinks/weights.hpp"
 
@@ -33,6 +35,7 @@ struct ClientOptions {
   // down) and resend every unacknowledged batch.
   bool reliable = false;
   size_t max_unacked = 16;  // batches awaiting an ACK at once (flow control)
+  // Offered in the handshake. Add "served_actions" to call act() (section 10.5).
   std::vector<std::string> extensions{"want_steps", "ack", "endpoints"};
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::string secret;  // shared secret (normalize_secret); empty: no authentication
@@ -55,6 +58,9 @@ struct ClientStats {
   uint64_t batches_resent = 0;
   uint64_t reconnects = 0;
   size_t unacked = 0;
+  uint64_t acts_sent = 0;  // served_actions: ACTs answered, and their rows
+  uint64_t act_rows_sent = 0;
+  uint64_t episodes_interrupted = 0;  // open episodes the runner closed because the connection dropped
 };
 
 // One blocking connection to an rlinks runner (through its directory, if
@@ -64,7 +70,8 @@ struct ClientStats {
 // worked), ConnectionLost, Timeout, ServerError (the server sent ERROR),
 // ProtocolError (the server broke the protocol; unexpected_message for a
 // reply out of turn, auth_failed when it can't prove it knows the secret),
-// NotAvailable, TlsFailed, UsageError.
+// NotAvailable, NotAgreed (act() and a server without served_actions),
+// TlsFailed, UsageError.
 class Client {
  public:
   explicit Client(std::string_view address, ClientOptions options = {});
@@ -81,6 +88,37 @@ class Client {
   std::optional<uint64_t> send_episodes(std::vector<Value> episodes);
   // On-policy: sends a batch and waits for the weights trained on it.
   WeightsUpdate send_episodes_and_get_state(std::vector<Value> episodes);
+  // Served actions (section 10.5; offer "served_actions" in
+  // ClientOptions::extensions): sends one ACT with `rows` and returns the
+  // ACTIONS for it, one action per row that wants one (neither terminated
+  // nor truncated), for those rows' envs in row order. One ACT at a time:
+  // the call returns when its ACTIONS arrived, and nothing else is sent
+  // meanwhile. On-policy, an ACT that wants actions once the runner has its
+  // share of the update is answered after the training step, with the new
+  // policy's actions: timeout_s must cover that wait, as for
+  // send_episodes_and_get_state.
+  //
+  // Episodes: an env's first row must be a start row, and so must its first
+  // row after an ending one (UsageError otherwise). When the connection
+  // drops, the runner closes every open episode of this client as truncated
+  // at its last complete step. On the next connection (this call's retry
+  // when reliable, or any later call) every env's episode starts again: the
+  // first row of each env whose episode was open goes as a start row (a new
+  // episode begins at that observation) and an ending row for it is left
+  // out; the reply's `interrupted` names those envs. A reply can then have
+  // no actions at all, without an ACT sent, if every row was left out.
+  //
+  // The runner also closes an env's episode when no row for it follows an
+  // action within its served_report_timeout_s, and cuts off a client that
+  // sends no ACT that long while it has open episodes: step every env often.
+  //
+  // Errors as for the other calls, and NotAgreed when the server did not
+  // agree to served_actions (RLlib's own server, a runner that doesn't serve
+  // actions); ProtocolError invalid_message when the ACTIONS are not for the
+  // envs asked (wrong envs or order, or a different number of actions).
+  ActionsReply act(const ActRows& rows);
+  ActionsReply act(std::vector<uint32_t> env, NdArray obs, std::vector<double> reward, std::vector<bool> start,
+                   std::vector<bool> terminated, std::vector<bool> truncated);
   // Waits until every batch sent is acknowledged (no-op without `ack`).
   void flush();
   // Closes for good; unacknowledged batches are given up, with a warning.
@@ -115,6 +153,15 @@ class Client {
   void follow_directory();
   void resend_pending();
   void discard_connection();
+
+  struct ActPlan {
+    std::optional<ActRows> rows;  // to send; none when every row was left out
+    std::vector<uint32_t> wanting;
+    std::vector<uint32_t> interrupted;
+    std::unordered_set<uint32_t> open_after, lost_after;
+  };
+  ActPlan plan_act(const ActRows& rows, const std::unordered_set<uint32_t>& open,
+                   const std::unordered_set<uint32_t>& lost) const;
 
   std::shared_ptr<Batch> enqueue(MessageType type, std::vector<Value> episodes);
   void make_room();
@@ -156,6 +203,13 @@ class Client {
   uint64_t next_seq_ = 1;
   std::deque<std::shared_ptr<Batch>> pending_;
   ClientStats counters_;
+
+  // served_actions: the envs with an episode open on the runner, as of
+  // connection `open_generation_`, and those whose open episode a dropped
+  // connection closed (started again by their next row).
+  std::unordered_set<uint32_t> open_envs_, lost_envs_;
+  uint64_t open_generation_ = 0;
+  uint64_t actions_seq_no_ = 0;
 };
 
 }  // namespace rlinks

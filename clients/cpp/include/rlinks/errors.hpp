@@ -86,6 +86,13 @@ class NotAvailable : public Error {
   using Error::Error;
 };
 
+// The server did not agree to an extension the call needs (a runner that
+// does not compute actions, asked for one: served_actions, section 10.5).
+class NotAgreed : public Error {
+ public:
+  using Error::Error;
+};
+
 // The TLS session could not be set up: an untrusted certificate, or the
 // server wanted a client certificate (never retried).
 class TlsFailed : public Error {

@@ -23,6 +23,8 @@ enum class MessageType {
   auth_ok,
   get_endpoints,
   endpoints,
+  act,      // served_actions (section 10.5)
+  actions,  // served_actions
 };
 
 // The type as spelled on the wire ("EPISODES_AND_GET_STATE", ...).

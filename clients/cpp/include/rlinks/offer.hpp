@@ -17,6 +17,7 @@ constexpr std::string_view want_steps = "want_steps";
 constexpr std::string_view ack = "ack";
 constexpr std::string_view auth = "auth";
 constexpr std::string_view endpoints = "endpoints";
+constexpr std::string_view served_actions = "served_actions";
 }  // namespace extension
 
 struct Offer {
