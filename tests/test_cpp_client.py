@@ -666,18 +666,22 @@ def test_served_actions_need_a_runner_that_serves_them(cpp):
 # Training with a real learner
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_cpp_clients_train_ppo_cartpole_to_450(cpp, tmp_path):
-    """`rlinks learner` with 2 runners; 4 C++ clients given the directory's one address."""
+def _train_with_cpp_clients(cpp, tmp_path, stop_reward: float, client_args) -> tuple[float, list[str], float]:
+    """`rlinks learner` (2 runners) to ``stop_reward``, with C++ clients given the directory's one address.
+
+    ``client_args(address)`` lists each client's arguments; ``None`` skips the
+    test (it is called once first, to probe). Returns the return reached, each
+    client's output and the seconds it took. Stops everything it started.
+    """
     output = tmp_path / "run"
     started = time.monotonic()
     learner = subprocess.Popen(
         [sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0",
-         "--output", str(output), "--stop-reward", "450"],
+         "--output", str(output), "--stop-reward", str(stop_reward)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     clients: list[subprocess.Popen] = []
+    skip = None
     try:
         deadline = time.monotonic() + 180
         while not (output / "directory.json").exists():
@@ -685,63 +689,14 @@ def test_cpp_clients_train_ppo_cartpole_to_450(cpp, tmp_path):
             assert time.monotonic() < deadline, "the learner never listened"
             time.sleep(0.5)
         directory = json.loads((output / "directory.json").read_text())
-        address = f"{directory['host']}:{directory['port']}"
-        clients = [
-            subprocess.Popen([str(cpp / "cartpole"), "--address", address, "--max-steps", "10000000", "--seed", str(i)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for i in range(4)
-        ]
-        out, _ = learner.communicate(timeout=780)
-        client_outputs = [client.communicate(timeout=60)[0] for client in clients]
-    finally:
-        for proc in (learner, *clients):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-    elapsed = time.monotonic() - started
-    assert learner.returncode == 0, out
-    assert "done: mean return" in out
-    reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
-    assert reached >= 450
-    for text in client_outputs:
-        assert "the learner stopped" in text, text
-        assert summary_of(text)["steps"] > 0
-    print(f"C++ clients trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s "
-          f"({sum(summary_of(t)['steps'] for t in client_outputs):.0f} env steps)")
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_cpp_clients_with_served_actions_train_ppo_cartpole_to_150(cpp, tmp_path):
-    """`rlinks learner` computing the actions for 3 C++ clients of 2 CartPoles each (PROTOCOL.md 10.5)."""
-    output = tmp_path / "run"
-    started = time.monotonic()
-    learner = subprocess.Popen(
-        [sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0",
-         "--output", str(output), "--stop-reward", "150"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    clients: list[subprocess.Popen] = []
-    try:
-        deadline = time.monotonic() + 180
-        while not (output / "directory.json").exists():
-            assert learner.poll() is None, learner.stdout.read()
-            assert time.monotonic() < deadline, "the learner never listened"
-            time.sleep(0.5)
-        directory = json.loads((output / "directory.json").read_text())
-        address = f"{directory['host']}:{directory['port']}"
-        probe = cartpole(cpp, "--served-actions", "--address", address, "--max-steps", "0", timeout=120)
-        if probe.returncode == 3 and "does not serve actions" in probe.stderr:
-            pytest.skip("rlinks' runner does not agree to served_actions yet")
-        assert probe.returncode == 0, probe.stderr
-        clients = [
-            subprocess.Popen([str(cpp / "cartpole"), "--served-actions", "--envs", "2", "--address", address,
-                              "--max-steps", "10000000", "--seed", str(10 * i)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for i in range(3)
-        ]
-        out, _ = learner.communicate(timeout=780)
-        client_outputs = [client.communicate(timeout=60)[0] for client in clients]
+        arguments = client_args(f"{directory['host']}:{directory['port']}")
+        if isinstance(arguments, str):
+            skip = arguments
+        else:
+            clients = [subprocess.Popen([str(cpp / "cartpole"), *args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True) for args in arguments]
+            out, _ = learner.communicate(timeout=780)
+            client_outputs = [client.communicate(timeout=60)[0] for client in clients]
     finally:
         for proc in clients:
             if proc.poll() is None:
@@ -751,16 +706,47 @@ def test_cpp_clients_with_served_actions_train_ppo_cartpole_to_150(cpp, tmp_path
             # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
             learner.send_signal(signal.SIGINT)
             try:
-                learner.communicate(timeout=120)  # ~50 s on 2 busy cores
+                out, _ = learner.communicate(timeout=120)  # ~50 s on 2 busy cores
             except subprocess.TimeoutExpired:
                 learner.kill()
-                learner.communicate(timeout=10)
-    elapsed = time.monotonic() - started
+                out, _ = learner.communicate(timeout=10)
+    if skip is not None:
+        pytest.skip(skip)
     assert learner.returncode == 0, out
     reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
-    assert reached >= 150
+    assert reached >= stop_reward
     for text in client_outputs:
         assert "the learner stopped" in text, text
         assert summary_of(text)["steps"] > 0
+    return reached, client_outputs, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cpp_clients_train_ppo_cartpole_to_450(cpp, tmp_path):
+    """`rlinks learner` with 2 runners; 4 C++ clients given the directory's one address."""
+
+    def client_args(address):
+        return [["--address", address, "--max-steps", "10000000", "--seed", str(i)] for i in range(4)]
+
+    reached, outputs, elapsed = _train_with_cpp_clients(cpp, tmp_path, 450, client_args)
+    print(f"C++ clients trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s "
+          f"({sum(summary_of(t)['steps'] for t in outputs):.0f} env steps)")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cpp_clients_with_served_actions_train_ppo_cartpole_to_150(cpp, tmp_path):
+    """`rlinks learner` computing the actions for 3 C++ clients of 2 CartPoles each (PROTOCOL.md 10.5)."""
+
+    def client_args(address):
+        probe = cartpole(cpp, "--served-actions", "--address", address, "--max-steps", "0", timeout=120)
+        if probe.returncode == 3 and "does not serve actions" in probe.stderr:
+            return "rlinks' runner does not agree to served_actions"
+        assert probe.returncode == 0, probe.stderr
+        return [["--served-actions", "--envs", "2", "--address", address, "--max-steps", "10000000",
+                 "--seed", str(10 * i)] for i in range(3)]
+
+    reached, outputs, elapsed = _train_with_cpp_clients(cpp, tmp_path, 150, client_args)
     print(f"C++ clients with served actions trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s "
-          f"({sum(summary_of(t)['steps'] for t in client_outputs):.0f} env steps)")
+          f"({sum(summary_of(t)['steps'] for t in outputs):.0f} env steps)")
