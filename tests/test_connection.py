@@ -24,6 +24,8 @@ from rlinks_rllib.protocol.auth import NONCE_KEY
 from rlinks_rllib.protocol.connection import (
     MAX_CLIENT_ID_CHARS,
     Acked,
+    ActionsReceived,
+    ActReceived,
     ConfigReceived,
     ConfigRequested,
     Connection,
@@ -1104,7 +1106,30 @@ VALID_VECTORS = [
     ("valid_auth_handshake", [0, 1], "server IDLE with a secret", lambda m: [AUTH_FAILED]),
     ("valid_auth_handshake", [2], "client AUTHENTICATING", lambda m: [AUTH_FAILED]),
     ("valid_auth_handshake", [0], "server IDLE", _done(plain=False, extensions=set(EXT), client_id="c0ffee")),
+    # Without served_actions agreed (these setups don't offer it); with it: test_served_actions_vector.
+    ("valid_served_actions", [0], "server READY", lambda m: [UNSUPPORTED]),
+    ("valid_served_actions", [1], "client READY", lambda m: [UNEXPECTED]),
 ]
+
+
+def test_served_actions_vector():
+    """The ACT reaches a server that agreed to served_actions as its rows; the ACTIONS answers a client's ACT."""
+    spec, data = vector("valid_served_actions")
+    act_frame, actions_frame = split_frames(data)
+    served = EXT + ("served_actions",)
+    c, s = connect(client(extensions=served), server(extensions=served))
+    s.receive_data(act_frame)
+    [event] = events(s)
+    assert isinstance(event, ActReceived) and s.state is State.AWAITING_ACTIONS
+    assert event.rows.env == [0, 4, 4] and list(event.rows.wants_action) == [True, False, True]
+    act = spec["messages"][0]
+    c.send_act(act["env"], event.rows.obs, event.rows.reward, event.rows.start, event.rows.terminated,
+               event.rows.truncated)
+    assert b"".join(bytes(p) for p in c.data_to_send()) == act_frame  # the client encodes it byte for byte
+    c.receive_data(actions_frame)
+    [reply] = events(c)
+    assert isinstance(reply, ActionsReceived) and reply.env == [0, 4] and reply.weights_seq_no == 3
+    assert list(reply.actions) == [1, 0] and c.state is State.READY
 
 
 def outcome_of(conn: Connection, chunks) -> list:

@@ -309,6 +309,14 @@ def cases() -> dict[str, Callable[[], Case]]:
             {"worker_index": 2, "host": "127.0.0.1", "port": 5557, "clients": 1},
             {"worker_index": 1, "host": "127.0.0.1", "port": 5556, "clients": 3}]},
     )
+    c["valid_served_actions"] = lambda: valid(
+        "The served_actions extension (docs/PROTOCOL.md 10.5): an ACT for 3 rows (env 4 ends its episode and "
+        "starts the next in the same ACT) and its ACTIONS for the rows that want one, in row order.",
+        {"type": "ACT", "env": [0, 4, 4], "obs": np.stack([cartpole_obs(i) for i in range(3)]),
+         "reward": np.array([1.0, 1.0, 0.0], np.float32), "start": np.array([False, False, True]),
+         "terminated": np.array([False, True, False]), "truncated": np.array([False, False, False])},
+        {"type": "ACTIONS", "env": [0, 4], "actions": np.array([1, 0], np.int64), "weights_seq_no": 3},
+    )
     c["valid_array_dtypes"] = lambda: valid(
         "Every accepted array dtype, byte orders, a 0-d and an empty array.",
         {"type": "GET_STATE", "arrays": all_dtypes()},
