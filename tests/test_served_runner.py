@@ -447,3 +447,19 @@ def test_a_runner_with_served_actions_off_does_not_agree_and_refuses_act(local_r
         client.next_event()
     assert info.value.code == "unsupported_message"
     client.close()
+
+
+def test_uint8_observations_are_served_as_float32_like_a_local_client_feeds_them(local_runner):
+    """A runner with image-like uint8 observations starts and serves: the module gets float32, as NumpyPolicy gives it."""
+    import gymnasium as gym
+
+    spaces = (gym.spaces.Box(0, 255, (16,), np.uint8), gym.spaces.Discrete(3))
+    runner = local_runner(train_batch=400, spaces=spaces)
+    client = ServedClient(runner.address)
+    assert "served_actions" in client.handshake.extensions
+    rng = np.random.default_rng(3)
+    answer = client.act([0], rng.integers(0, 256, (1, 16), dtype=np.uint8), [0.0], [True], [False], [False])
+    for _ in range(5):
+        assert answer.actions.shape == (1,) and 0 <= int(answer.actions[0]) < 3
+        answer = client.act([0], rng.integers(0, 256, (1, 16), dtype=np.uint8), [1.0], [False], [False], [False])
+    client.close()

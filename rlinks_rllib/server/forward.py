@@ -9,8 +9,8 @@ or clipped to the space for the env (``NormalizeAndClipActions``). The
 episode records the sampled action; the client gets the one for the env.
 
 Env-to-module connectors are not run (no observation filters or frame
-stacking): the module sees the observations as sent, exactly as a client
-that runs the policy itself would feed it.
+stacking): the module sees the observations as sent, as float32, exactly as
+a client that runs the policy itself feeds it (``client.policy.NumpyPolicy``).
 
 The forward pass runs on the inference thread while RLlib's thread may swap
 the weights (``set_state``): both hold :attr:`ModuleForward.lock`, so a
@@ -49,12 +49,21 @@ def served_actions_unsupported(observation_space: gym.Space, action_space: gym.S
         return f"the module is {type(module).__name__}, not a torch module"
     if module.is_stateful():
         return "the module is stateful (recurrent); served actions carry no state"
-    sample = np.asarray(observation_space.sample())[None]
-    with torch.no_grad():
-        out = module.forward_exploration({Columns.OBS: torch.from_numpy(sample)}, t=0)
+    try:
+        with torch.no_grad():
+            out = module.forward_exploration({Columns.OBS: _model_input(observation_space.sample()[None])}, t=0)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        # A module this runner can't drive alone (it needs connectors we don't run): serve no actions,
+        # but keep the runner, whose clients may run the policy themselves.
+        return f"a sample observation does not pass the module's exploration forward pass ({exc})"
     if Columns.ACTION_DIST_INPUTS not in out:
         return "the module's exploration forward pass gives no action_dist_inputs for the episodes"
     return None
+
+
+def _model_input(obs: Any) -> torch.Tensor:
+    """Observations as the module takes them: float32, as a local-inference client feeds them."""
+    return torch.from_numpy(np.asarray(obs, dtype=np.float32))
 
 
 class ModuleForward:
@@ -95,7 +104,7 @@ class ModuleForward:
         started = time.perf_counter()
         with self.lock, torch.no_grad():
             seq_no = self.weights_seq_no
-            out = self.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)}, t=self._timestep())
+            out = self.module.forward_exploration({Columns.OBS: _model_input(obs)}, t=self._timestep())
             dist_inputs = out[Columns.ACTION_DIST_INPUTS]
             dist = self.module.get_exploration_action_dist_cls().from_logits(dist_inputs)
             actions = out[Columns.ACTIONS] if Columns.ACTIONS in out else dist.sample()
