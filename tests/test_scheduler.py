@@ -231,6 +231,15 @@ def test_a_parked_act_is_released_by_a_freed_promise_and_by_an_extension():
     assert s.budget.target == 120
 
 
+def test_an_act_of_a_client_that_still_owes_its_promised_steps_is_answered():
+    s = scheduler(100, "a")
+    assert s.state_requested("a") == 100  # GET_STATE with want_steps: the whole update is a's
+    s.delivered("a", 30, 0)  # then it serves its envs
+    assert s.act_received("a") == [Release("a", None, actions=True)]
+    s.delivered("a", 70, 0)
+    assert s.act_received("a") == [] and s.parked == ("a",)
+
+
 def test_off_policy_never_parks_an_act():
     s = scheduler(100, "a", on_policy=False)
     for _ in range(5):

@@ -51,6 +51,10 @@ class UpdateBudget:
         if left > 0:
             self._promised[client] = left
 
+    def promised_to(self, client: str) -> int:
+        """Steps ``client`` was asked for and has not delivered yet."""
+        return self._promised.get(client, 0)
+
     def assign(self, client: str, share: int) -> int:
         """Promise up to ``share`` of the unassigned steps to ``client``; return how many."""
         steps = min(max(0, share), self.unassigned)

@@ -153,11 +153,15 @@ class Scheduler(Generic[K]):
         """An ``ACT`` that wants actions (after :meth:`delivered` of its steps): answer now, or park.
 
         Parked once the update has all the steps it needs (or they are all
-        promised): the actions are then computed with the next weights.
+        promised to others): the actions are then computed with the next
+        weights. A client that still owes steps it was promised (it asked
+        for weights with ``want_steps``, then serves its envs) is answered.
 
         Returns ``[Release(client, None, actions=True)]``, or ``[]`` when ``client`` is parked.
         """
-        if not self.on_policy or not self.budget.should_park():
+        info = self._clients.get(client)
+        owes = info is not None and self.budget.promised_to(info.client_id) > 0
+        if not self.on_policy or owes or not self.budget.should_park():
             return [Release(client, None, actions=True)]
         self._parked[client] = True
         return []
