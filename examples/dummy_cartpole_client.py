@@ -14,6 +14,12 @@ then one or more copies of this::
 
     python examples/dummy_cartpole_client.py --address 127.0.0.1:5556
 
+With ``--served-actions [--envs N]`` the learner runs the policy instead
+(``served_actions``, PROTOCOL.md 10.5): N simulators are stepped together,
+one ``act`` per tick sending their observations and getting their actions;
+no weights, no policy, no episode recording here (:func:`run_served`). It
+exits 3 when the learner does not serve actions (RLlib's own server).
+
 No Ray is needed here: numpy and msgpack only (``pip install rlinks-rllib``).
 ``--env`` runs another gymnasium env instead, if gymnasium is installed.
 """
@@ -29,7 +35,7 @@ import sys
 
 import numpy as np
 
-from rlinks_rllib.client import PickledConfigRefused, RLinkClient, ServerError
+from rlinks_rllib.client import NotAgreed, PickledConfigRefused, RLinkClient, ServerError
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.client.policy import DiscreteSpace, NumpyPolicy, as_action_space
 from rlinks_rllib.protocol.errors import ErrorCode
@@ -54,7 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--key-file", default=None, help="key of --cert-file")
     parser.add_argument("--env", default="CartPole-v1", help="the simulator: CartPole-v1 (built in) or any gymnasium env id")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--served-actions", action="store_true", help="let the learner compute the actions (no local policy)")
+    parser.add_argument("--envs", type=int, default=1, help="simulators stepped together with --served-actions")
     args = parser.parse_args(argv)
+    if args.envs < 1:
+        parser.error("--envs must be at least 1")
     if args.address is None:
         args.address = f"127.0.0.1:{args.port or 5556}"
     return args
@@ -202,9 +212,130 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+class ActRows:
+    """The rows of the next ``act``, one call's worth: collected while stepping, then taken."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.env: list[int] = []
+        self.obs: list[np.ndarray] = []
+        self.reward: list[float] = []
+        self.start: list[bool] = []
+        self.terminated: list[bool] = []
+        self.truncated: list[bool] = []
+
+    def add(self, env: int, obs: np.ndarray, reward: float = 0.0, *, start: bool = False,
+            terminated: bool = False, truncated: bool = False) -> None:
+        self.env.append(env)
+        self.obs.append(obs)
+        self.reward.append(float(reward))
+        self.start.append(start)
+        self.terminated.append(bool(terminated))
+        self.truncated.append(bool(truncated))
+
+    def take(self) -> tuple:
+        """The columns for ``RLinkClient.act``; empty again afterwards."""
+        columns = (self.env, np.stack(self.obs), self.reward, self.start, self.terminated, self.truncated)
+        self.clear()
+        return columns
+
+    def take_as_last(self) -> tuple | None:
+        """The columns for a last ``act`` that ends every open episode (truncated) where it stands.
+
+        Without it the runner would wait ``served_report_timeout_s`` and then
+        drop each env's last step. Start rows go (their episode has no step).
+        """
+        last = ActRows()
+        for env, obs, reward, start, terminated, truncated in zip(
+                self.env, self.obs, self.reward, self.start, self.terminated, self.truncated):
+            if not start:
+                last.add(env, obs, reward, terminated=terminated, truncated=not terminated)
+        self.clear()
+        return last.take() if last.env else None
+
+
+def run_served(args: argparse.Namespace) -> dict:
+    """The loop with served actions: the learner runs the policy and records the episodes.
+
+    Each tick sends one row per env that wants an action (its observation and
+    the reward of its last action) and steps every env with the action that
+    comes back. An episode that ends sends its final observation in an ending
+    row, and the env's next episode begins with a start row in the same call.
+
+    Raises:
+        NotAgreed: the learner does not serve actions (``main`` exits 3).
+        ServerError: the learner refused us (but ``shutting_down``: the end of training).
+    """
+    envs = [make_env(args.env, None if args.seed is None else args.seed + i) for i in range(args.envs)]
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    steps, episodes = 0, 0
+    returns: collections.deque[float] = collections.deque(maxlen=20)
+    episode_return = [0.0] * len(envs)
+
+    # timeout: on-policy, an act() may wait for the learner's training step.
+    client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
+                         reliable=args.reliable, secret_file=args.secret_file, ca_file=args.ca_file,
+                         cert_file=args.cert_file, key_file=args.key_file)
+    rows = ActRows()
+    try:
+        client.connect()
+        for i, env in enumerate(envs):
+            obs, _ = env.reset(seed=None if args.seed is None else args.seed + i)
+            rows.add(i, obs, start=True)
+        log.info("connected to %s (%s); the learner computes the actions for %d env(s)", args.address,
+                 client.server_agent or "plain RLlink", len(envs))
+
+        while steps < args.max_steps and not stopping:
+            reply = client.act(*rows.take())
+            if reply.interrupted:
+                # The connection dropped and the learner closed those episodes;
+                # act() started new ones where the envs stand. Nothing to do here.
+                log.info("envs %s: episodes cut by a reconnect, continued as new ones", reply.interrupted)
+            for env_id, action in zip(reply.env, reply.actions):
+                obs, reward, terminated, truncated, _ = envs[env_id].step(action)
+                steps += 1
+                episode_return[env_id] += float(reward)
+                rows.add(env_id, obs, reward, terminated=terminated, truncated=truncated)
+                if terminated or truncated:
+                    returns.append(episode_return[env_id])
+                    episodes, episode_return[env_id] = episodes + 1, 0.0
+                    obs, _ = envs[env_id].reset()
+                    rows.add(env_id, obs, start=True)
+        last = rows.take_as_last()
+        if last is not None:
+            client.act(*last)
+    except ServerError as exc:
+        if exc.code != ErrorCode.SHUTTING_DOWN:
+            raise
+        log.info("the learner stopped; done")  # the normal end of a training run
+    finally:
+        stats = client.stats
+        client.close()
+        for env in envs:
+            env.close()
+    return {
+        "steps": steps,
+        "episodes": episodes,
+        "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
+        "reconnects": stats.reconnects,
+        "batches_resent": stats.batches_resent,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    summary = run(parse_args(argv))
+    args = parse_args(argv)
+    if args.served_actions:
+        try:
+            summary = run_served(args)
+        except NotAgreed as exc:
+            print(f"the learner does not serve actions: {exc}", file=sys.stderr)
+            return 3
+    else:
+        summary = run(args)
     print("summary: " + " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()), flush=True)
     return 0
 

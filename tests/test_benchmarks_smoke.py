@@ -62,3 +62,11 @@ def test_bench_demo_quick():
     out = run_quick("bench_demo.py")
     assert "ratio ours/rllib time to" in out, out
     assert "s per iteration: ours" in out, out
+
+
+def test_bench_served_quick():
+    # Two in-process runners (Ray's RLModule each) and up to 64 client threads: about 60 s on 2 cores.
+    out = run_quick("bench_served.py")
+    for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
+                  "ratio RLlib-quoted one-at-a-time / ours unbatched"):
+        assert ratio in out, out

@@ -4,7 +4,7 @@ Imports :mod:`rlinks_rllib.protocol` only; works without Ray.
 """
 
 from .address import Address, parse_address
-from .connection import ClientStats, RLinkClient, WeightsUpdate
+from .connection import ActionsReply, ClientStats, RLinkClient, WeightsUpdate
 from .directory import ask_directory
 from .errors import (
     AuthenticationFailed,
@@ -12,6 +12,7 @@ from .errors import (
     ClientError,
     ConnectFailed,
     ConnectionLost,
+    NotAgreed,
     PickledConfigRefused,
     ProtocolViolation,
     ServerError,
@@ -21,6 +22,7 @@ from .errors import (
 )
 
 __all__ = [
+    "ActionsReply",
     "Address",
     "AuthenticationFailed",
     "ClientClosed",
@@ -28,6 +30,7 @@ __all__ = [
     "ClientStats",
     "ConnectFailed",
     "ConnectionLost",
+    "NotAgreed",
     "PickledConfigRefused",
     "ProtocolViolation",
     "RLinkClient",

@@ -33,6 +33,19 @@ connection drops may be lost but is never doubled.
 Only network failures are retried: an ``ERROR`` from the server (except
 ``shutting_down``), a timeout, or bytes that aren't valid RLlink raise at once.
 
+Served actions
+--------------
+
+With the ``served_actions`` extension (offered by default; rlinks' runner
+agrees when it can compute actions for its model) :meth:`RLinkClient.act`
+sends observations and gets the actions back: the runner runs the policy and
+records the episodes itself (PROTOCOL.md 10.5). When a connection drops, the
+runner closes every episode the client had open there (as truncated), so on
+the next connection each such env starts again: its next row goes as a
+``start`` row and a row that would have ended the lost episode is left out;
+:attr:`ActionsReply.interrupted` names those envs. The caller's envs are not
+touched; nothing needs resetting. (The C++ client does the same.)
+
 Security
 --------
 
@@ -60,12 +73,21 @@ import numpy as np
 
 from .._version import CLIENT_AGENT
 from ..protocol.auth import SECRET_ENV, load_secret, normalize_secret
-from ..protocol.connection import Acked, ConfigReceived, Connection, HandshakeDone, Role, StateReceived
+from ..protocol.connection import (
+    Acked,
+    ActionsReceived,
+    ConfigReceived,
+    Connection,
+    HandshakeDone,
+    Role,
+    StateReceived,
+)
 from ..protocol.episodes import episode_len
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 from ..protocol.messages import MessageType
+from ..protocol.served import act_message, read_act
 from ..protocol.window import AckWindow, Batch, seq_range
 from .address import Address, AddressLike, parse_address
 from .directory import fetch_endpoints
@@ -74,6 +96,7 @@ from .errors import (
     ClientError,
     ConnectFailed,
     ConnectionLost,
+    NotAgreed,
     PickledConfigRefused,
     ProtocolViolation,
     ServerError,
@@ -82,12 +105,17 @@ from .link import Link
 from .retry import RetryPolicy, backoff_delay
 from .transport import Transport, tls_context
 
-__all__ = ["RLinkClient", "WeightsUpdate", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
+__all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
 
-#: What the client offers in its PING unless told otherwise.
-DEFAULT_EXTENSIONS = (Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value)
+#: What the client offers in its PING unless told otherwise. Offering
+#: ``served_actions`` costs nothing: a runner that can't serve does not agree.
+DEFAULT_EXTENSIONS = (
+    Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value, Extension.SERVED_ACTIONS.value,
+)
 
 _ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
+_ACT_HINT = ("; on-policy, once the runner has its share of the update this includes the learner's training "
+             "step: raise `timeout` if it takes longer")
 
 T = TypeVar("T")
 
@@ -109,6 +137,34 @@ class WeightsUpdate:
 
 
 @dataclass(frozen=True)
+class ActionsReply:
+    """The answer to one :meth:`RLinkClient.act`.
+
+    Attributes:
+        env: the envs of the rows that wanted an action (neither terminated
+            nor truncated), in row order; ``actions[i]`` is ``env[i]``'s.
+        actions: ``(m, *action_shape)`` in the action space's form (a
+            ``Discrete`` as int64).
+        weights_seq_no: the weights the actions were computed with (the last
+            one seen when no ``ACT`` had to be sent).
+        interrupted: envs whose open episode the runner had closed (as
+            truncated) because a connection dropped, found when this call sent
+            their rows on a new connection: a row that continued the episode
+            went as a ``start`` row (a new episode begins at that
+            observation), a row that ended it was left out. Informational:
+            the envs themselves need no reset.
+    """
+
+    env: list[int]
+    actions: np.ndarray
+    weights_seq_no: int
+    interrupted: list[int]
+
+    def __len__(self) -> int:
+        return len(self.env)
+
+
+@dataclass(frozen=True)
 class ClientStats:
     """Counters since the client was made (a snapshot; see :attr:`RLinkClient.stats`)."""
 
@@ -126,6 +182,10 @@ class ClientStats:
     reconnects: int = 0
     #: Batches sent and not acknowledged yet.
     unacked: int = 0
+    #: ``ACT``\s answered (served actions).
+    acts: int = 0
+    #: Envs whose episode a dropped connection ended (see :attr:`ActionsReply.interrupted`).
+    episodes_interrupted: int = 0
 
 
 @dataclass
@@ -136,6 +196,28 @@ class _Counters:
     steps_acked: int = 0
     resent: int = 0
     reconnects: int = 0
+    acts: int = 0
+    interrupted: int = 0
+
+
+@dataclass
+class _ActPlan:
+    """What to send for one ``act`` call, given which envs have open or lost episodes on the runner.
+
+    Attributes:
+        rows: indices of the caller's rows to send (``None``: all, unchanged).
+        start: the ``start`` flag of each row sent.
+        wanting: the envs of the rows sent that want an action, in order.
+        interrupted: envs whose lost episode this call restarts (or ends for good).
+        open_after, lost_after: the sets once the ``ACT`` is answered.
+    """
+
+    rows: Optional[list[int]]
+    start: np.ndarray
+    wanting: list[int]
+    interrupted: list[int]
+    open_after: set[int]
+    lost_after: set[int]
 
 
 @dataclass(eq=False)
@@ -275,6 +357,13 @@ class RLinkClient:
         self._uses_directory = False
         self._closed = False
         self._warned_no_ack = False
+        # Served actions: the envs with an episode open on the runner (as of
+        # connection _open_generation), those whose episode a dropped
+        # connection closed, and the weights of the last actions.
+        self._open_envs: set[int] = set()
+        self._lost_envs: set[int] = set()
+        self._open_generation = 0
+        self._actions_seq_no = 0
 
     # ------------------------------------------------------------------
     # Properties
@@ -334,6 +423,8 @@ class RLinkClient:
             batches_resent=c.resent,
             reconnects=c.reconnects,
             unacked=len(self._window.pending),
+            acts=c.acts,
+            episodes_interrupted=c.interrupted,
         )
 
     @property
@@ -487,6 +578,105 @@ class RLinkClient:
             return self._live().wait_for(StateReceived, "SET_STATE (after our on-policy batch)", hint=_ON_POLICY_HINT)
 
         return _weights(self._run(what, op, job))
+
+    def act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any) -> ActionsReply:
+        """Send observations and get the runner's actions (``served_actions``, PROTOCOL.md 10.5).
+
+        Columns of one length ``k``, one row per env stepped now. A ``start``
+        row begins an episode (after a reset; its reward is ignored); any
+        other row reports the env's last reward and the observation now; a
+        ``terminated``/``truncated`` row carries the final observation and
+        wants no action, and the same env's ``start`` row may follow in the
+        same call. An env's first row, and its first row after an ending one,
+        must be a ``start`` row. One ``ACT`` at a time: this returns when its
+        ``ACTIONS`` arrived. On-policy, once the runner has its share of an
+        update, the ``ACTIONS`` waits for the training step (new weights),
+        so ``timeout`` must cover one.
+
+        After a reconnect (``reliable=True``, or any call after a drop) the
+        runner has closed this client's open episodes; the affected envs'
+        rows are rewritten to start again and listed in
+        :attr:`ActionsReply.interrupted` (see the module docs).
+
+        Args:
+            env: env ids (ints in 0..2**31-1), the client's names for its envs.
+            obs: ``(k, *obs_shape)`` observations (an array, or a list of ``k``).
+            reward: ``(k,)`` rewards of each env's last action (finite).
+            start, terminated, truncated: ``(k,)`` booleans.
+
+        Returns:
+            The actions for the rows that want one, in row order.
+
+        Raises:
+            ValueError: ``served_actions`` is not in the offered ``extensions``;
+                the columns are malformed (lengths, flags, a NaN reward, an
+                env id out of range, a row that both starts and ends); or a
+                row that is not a ``start`` row is for an env with no open
+                episode. Nothing is sent then.
+            NotAgreed: the server did not agree to ``served_actions`` (RLlib's
+                own server, or a runner that can't serve this model).
+            ServerTimeout: no ``ACTIONS`` within ``timeout``.
+            ConnectFailed, ConnectionLost, ServerError, ProtocolViolation
+            (an ``ACTIONS`` for the wrong envs), ClientClosed.
+        """
+        self._check_open()
+        if Extension.SERVED_ACTIONS.value not in self.extensions:
+            raise ValueError("act() needs the served_actions extension: offer it in `extensions`")
+        try:
+            rows = read_act(act_message(env, obs, reward, start, terminated, truncated))
+        except InvalidMessage as exc:
+            raise ValueError(f"act(): {exc}") from None
+        # The caller's mistakes are found here, before anything is sent; a
+        # reconnect only moves envs from open to lost, which the plan treats
+        # alike but for the rewriting.
+        _plan_act(rows, self._open_envs, self._lost_envs)
+        # Connect first and check the agreement outside _run, which would
+        # close a connection that is fine for everything else.
+        if not self._run("act", self._serves_actions):
+            raise self._not_agreed()
+
+        def op() -> ActionsReply:
+            link = self._live()
+            link.poll()
+            if not self._serves_actions():  # a reconnect may have reached another runner
+                raise self._not_agreed()
+            if self._open_generation != self._generation:
+                # A new connection: the runner closed every episode open on the old one.
+                self._lost_envs |= self._open_envs
+                self._open_envs = set()
+                self._open_generation = self._generation
+            plan = _plan_act(rows, self._open_envs, self._lost_envs)
+            seq_no = self._actions_seq_no
+            envs: list[int] = []
+            actions: np.ndarray = np.zeros((0,), np.int64)
+            keep = plan.rows if plan.rows is not None else list(range(len(rows)))
+            if keep:
+                sent_obs = rows.obs if plan.rows is None else _take(rows.obs, keep)
+                link.conn.send_act(
+                    [rows.env[i] for i in keep], sent_obs, rows.reward[keep], plan.start,
+                    rows.terminated[keep], rows.truncated[keep],
+                )
+                link.write("ACT")
+                answer = link.wait_for(ActionsReceived, "ACTIONS (after our ACT)", hint=_ACT_HINT)
+                envs, actions, seq_no = list(answer.env), np.asarray(answer.actions), int(answer.weights_seq_no)
+                self._counters.acts += 1
+                self._actions_seq_no = seq_no
+            self._counters.interrupted += len(plan.interrupted)
+            self._open_envs, self._lost_envs = plan.open_after, plan.lost_after
+            return ActionsReply(envs, actions, seq_no, plan.interrupted)
+
+        return self._run("act", op)
+
+    def _serves_actions(self) -> bool:
+        return Extension.SERVED_ACTIONS.value in self._require_handshake().extensions
+
+    def _not_agreed(self) -> NotAgreed:
+        who = "plain RLlink (RLlib's own server)" if self.is_plain_rllib else f"agent {self.server_agent!r}"
+        return NotAgreed(
+            f"{self.address} did not agree to served_actions: it does not compute actions for its clients "
+            f"({who}); run the policy locally and send episodes instead",
+            Extension.SERVED_ACTIONS.value,
+        )
 
     def flush(self) -> None:
         """Wait until every batch sent so far is acknowledged (no-op without ``ack``).
@@ -777,6 +967,58 @@ class RLinkClient:
         if self._server is None:
             raise ClientError("no handshake yet: call connect() (or any other call) first")
         return self._server
+
+
+def _plan_act(rows: Any, open_envs: set[int], lost_envs: set[int]) -> _ActPlan:
+    """What to send for ``rows`` when the runner has episodes open for ``open_envs`` and
+    closed those of ``lost_envs`` when a connection dropped (PROTOCOL.md 10.5: a row for an
+    env with no open episode must be a ``start`` row).
+
+    Raises:
+        ValueError: a row that is not a ``start`` row for an env with no open (or lost) episode.
+    """
+    open_after, lost_after = set(open_envs), set(lost_envs)
+    kept: list[int] = []
+    kept_start: list[bool] = []
+    wanting: list[int] = []
+    interrupted: list[int] = []
+    ends = ~rows.wants_action
+    for row, env in enumerate(rows.env):
+        start = bool(rows.start[row])
+        if env in lost_after:
+            # Its episode was closed when a connection dropped: start it again
+            # here, or leave out the row that would have ended it.
+            lost_after.discard(env)
+            interrupted.append(env)
+            if not start and ends[row]:
+                continue
+            start = True
+        elif not start and env not in open_after:
+            raise ValueError(
+                f"act(): row {row}: env {env} has no open episode (its first row, and its first row after "
+                "one that ends its episode, must be a start row)"
+            )
+        if start:
+            open_after.add(env)
+        if ends[row]:
+            open_after.discard(env)
+        else:
+            wanting.append(env)
+        kept.append(row)
+        kept_start.append(start)
+    unchanged = len(kept) == len(rows) and not interrupted
+    return _ActPlan(
+        rows=None if unchanged else kept,
+        start=rows.start if unchanged else np.asarray(kept_start, np.bool_),
+        wanting=wanting, interrupted=interrupted, open_after=open_after, lost_after=lost_after,
+    )
+
+
+def _take(obs: Any, rows: list[int]) -> Any:
+    """Rows ``rows`` of the observations (an array's, or a list's)."""
+    if isinstance(obs, np.ndarray):
+        return obs[rows]
+    return [obs[i] for i in rows]
 
 
 def _weights(event: StateReceived) -> WeightsUpdate:

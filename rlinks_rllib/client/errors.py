@@ -24,6 +24,7 @@ __all__ = [
     "ConnectionLost",
     "ServerTimeout",
     "ServerError",
+    "NotAgreed",
     "ProtocolViolation",
     "PickledConfigRefused",
     "TLSNotAvailable",
@@ -97,6 +98,22 @@ class ProtocolViolation(ClientError):
     def __init__(self, message: str, code: str = ErrorCode.UNEXPECTED_MESSAGE.value) -> None:
         super().__init__(message)
         self.code = code
+
+
+class NotAgreed(ClientError):
+    """The server did not agree to an extension the call needs (e.g. ``served_actions`` for ``act``).
+
+    Retrying won't help: the server decides what it agrees to in the
+    handshake (rlinks' runner agrees to ``served_actions`` only when it can
+    compute actions for its model; RLlib's own server agrees to nothing).
+
+    Attributes:
+        extension: the extension's name.
+    """
+
+    def __init__(self, message: str, extension: str) -> None:
+        super().__init__(message)
+        self.extension = extension
 
 
 class PickledConfigRefused(ClientError):
