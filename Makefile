@@ -25,6 +25,7 @@ bench: venv
 	$(PY) benchmarks/bench_ingest.py
 	$(PY) benchmarks/bench_client.py
 	$(PY) benchmarks/bench_demo.py
+	$(PY) benchmarks/bench_served.py
 
 # Long fuzzing of the frame decoder, message validation and episode checks
 # (CI runs the same targets briefly as part of `make test`).
