@@ -203,6 +203,11 @@ def run(args: argparse.Namespace) -> dict:
         stats = client.stats
         client.close()
         env.close()
+    return summary(steps, episodes, returns, stats)
+
+
+def summary(steps: int, episodes: int, returns: collections.deque, stats) -> dict:
+    """What the last line prints (``rlinks client`` collects it from every copy)."""
     return {
         "steps": steps,
         "episodes": episodes,
@@ -316,13 +321,7 @@ def run_served(args: argparse.Namespace) -> dict:
         client.close()
         for env in envs:
             env.close()
-    return {
-        "steps": steps,
-        "episodes": episodes,
-        "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
-        "reconnects": stats.reconnects,
-        "batches_resent": stats.batches_resent,
-    }
+    return summary(steps, episodes, returns, stats)
 
 
 def main(argv: list[str] | None = None) -> int:
