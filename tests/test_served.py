@@ -351,3 +351,38 @@ def test_a_client_waiting_for_us_holds_no_outstanding_steps_and_its_clocks_stand
     assert r.expire(104.9) == [] and r.expired_envs == 0
     assert r.expire(105.5) == [] and r.expired_envs == 1  # env 1: 1 s + 4.5 s
     assert r.expire(106.5) == ["c"] and r.expired_envs == 2
+
+
+def test_the_running_totals_match_a_walk_over_every_client():
+    """``outstanding`` and ``all_waiting`` are kept as clients change; a random walk checks them against a recount."""
+    rng = np.random.default_rng(7)
+    rec = recorder(max_envs=64, report_timeout_s=5.0)
+    started: dict[str, set[int]] = {}
+    now = 0.0
+
+    def recount() -> tuple[int, bool]:
+        infos = rec._clients.values()
+        outstanding = sum(i.pending for i in infos if i.waiting is None)
+        return outstanding, all(i.waiting is not None for i in infos if i.envs)
+
+    for _ in range(400):
+        now += float(rng.uniform(0, 2))
+        client = f"c{rng.integers(4)}"
+        choice = rng.integers(4)
+        if choice == 0 and rec.waiting(client) is not None:
+            answer(rec, client, now=now)
+        elif choice == 1:
+            rec.drop_client(client)
+            started.pop(client, None)
+        elif choice == 2:
+            for gone in rec.expire(now):
+                rec.drop_client(gone)
+                started.pop(gone, None)
+        elif rec.waiting(client) is None:
+            known = started.setdefault(client, set()) & set(rec._clients[client].envs if client in rec._clients else ())
+            envs = sorted({int(e) for e in rng.integers(0, 6, 3)})
+            start = [e not in known for e in envs]
+            ending = [not s and bool(rng.random() < 0.2) for s in start]
+            record(rec, client, act(envs, rng.normal(size=(len(envs), 4)), start=start, terminated=ending), now)
+            started[client] = (known | set(envs)) - {e for e, end in zip(envs, ending) if end}
+        assert (rec.outstanding, rec.all_waiting) == recount()

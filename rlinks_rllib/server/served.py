@@ -166,6 +166,12 @@ class ServedRecorder(Generic[K]):
         self._steps = 0
         self._oldest: Optional[int] = None
         self._open = 0
+        # Kept as clients change, so that the batcher's and the scheduler's
+        # questions cost O(1), not a walk over every client on every ACT:
+        # pending actions of clients not waiting for an answer, and how many
+        # clients with open episodes are out stepping (no ACT unanswered).
+        self._outstanding = 0
+        self._stepping = 0
         #: Envs closed because their action went unreported (a counter for metrics).
         self.expired_envs = 0
 
@@ -189,12 +195,12 @@ class ServedRecorder(Generic[K]):
         out: it can't report them until it is answered, which, for a parked
         ``ACT``, is after new weights.
         """
-        return sum(info.pending for info in self._clients.values() if info.waiting is None)
+        return self._outstanding
 
     @property
     def all_waiting(self) -> bool:
         """Whether every client with an open episode has an ``ACT`` unanswered (none is out stepping)."""
-        return all(info.waiting is not None for info in self._clients.values() if info.envs)
+        return self._stepping == 0
 
     def waiting(self, client: K) -> Optional[tuple[list[int], np.ndarray]]:
         """The envs of ``client``'s unanswered ``ACT`` that want actions, and their observations.
@@ -227,6 +233,7 @@ class ServedRecorder(Generic[K]):
         self._check(info, rows)
         if info is None:
             info = self._clients[client] = _Client(heard_at=now)
+        self._uncount(info)
         steps: collections.Counter[int] = collections.Counter()
         want = rows.wants_action
         start, reward, terminated, truncated = rows.start, rows.reward, rows.terminated, rows.truncated
@@ -254,6 +261,7 @@ class ServedRecorder(Generic[K]):
         want_obs = obs[want]
         info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
         info.heard_at = info.waiting_since = now
+        self._count(info)
         return Recorded(dict(steps), want_env, want_obs)
 
     def set_actions(self, client: K, actions: Any, extra: Mapping[str, Any], weights_seq_no: int,
@@ -269,6 +277,7 @@ class ServedRecorder(Generic[K]):
         info = self._clients.get(client)
         if info is None or info.waiting is None:
             return None
+        self._uncount(info)
         envs, info.waiting, info.waiting_obs = info.waiting, None, None
         waited = now - info.waiting_since
         for env in info.envs.values():
@@ -282,6 +291,7 @@ class ServedRecorder(Generic[K]):
             env.sent_at = now
         info.pending += len(envs)
         info.heard_at = now
+        self._count(info)
         return envs
 
     # -- taking, closing, deadlines -------------------------------------------
@@ -301,6 +311,7 @@ class ServedRecorder(Generic[K]):
         info = self._clients.pop(client, None)
         if info is None:
             return 0
+        self._uncount(info)
         closed = len(info.envs)
         for env_id in list(info.envs):
             self._close(info, env_id, truncate=True)
@@ -321,10 +332,15 @@ class ServedRecorder(Generic[K]):
         for info in self._clients.values():
             if info.waiting is not None:
                 continue
-            for env_id, env in list(info.envs.items()):
-                if env.sent_at is not None and now - env.sent_at > limit:
-                    self._close(info, env_id, truncate=True)
-                    self.expired_envs += 1
+            late = [env_id for env_id, env in info.envs.items()
+                    if env.sent_at is not None and now - env.sent_at > limit]
+            if not late:
+                continue
+            self._uncount(info)
+            for env_id in late:
+                self._close(info, env_id, truncate=True)
+                self.expired_envs += 1
+            self._count(info)
         return silent
 
     def restart_clocks(self, now: float) -> None:
@@ -370,6 +386,17 @@ class ServedRecorder(Generic[K]):
         if opened > 0 and self._open + opened > self.max_envs:
             raise IngestError(f"ACT: opens {opened} more envs; this runner serves at most {self.max_envs} "
                               "(served_max_envs)", code=ErrorCode.LIMIT_EXCEEDED)
+
+    def _uncount(self, info: _Client) -> None:
+        """Take ``info`` out of the running totals before it changes (:meth:`_count` puts it back)."""
+        if info.waiting is None:
+            self._outstanding -= info.pending
+            self._stepping -= 1 if info.envs else 0
+
+    def _count(self, info: _Client) -> None:
+        if info.waiting is None:
+            self._outstanding += info.pending
+            self._stepping += 1 if info.envs else 0
 
     def _note_steps(self, weights_seq_no: int, steps: int) -> None:
         self._steps += steps
