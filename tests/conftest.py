@@ -40,3 +40,15 @@ def ray_local():
         ray.init(num_cpus=4, include_dashboard=False, address="local", configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> dict[str, str]:
+    """A test CA, a server and a client certificate (``test_auth_tls.make_certificates``), per test module."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    from test_auth_tls import make_certificates  # the project's one recipe for test certificates
+
+    return make_certificates(tmp_path_factory.mktemp("certs"))

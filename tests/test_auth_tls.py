@@ -77,13 +77,6 @@ def make_certificates(directory: Path) -> dict[str, str]:
     return {name: str(d / file) for name, file in files.items()}
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict[str, str]:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    return make_certificates(tmp_path_factory.mktemp("certs"))
-
-
 @pytest.fixture
 def secret_file(tmp_path) -> str:
     path = tmp_path / "secret"

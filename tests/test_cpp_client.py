@@ -361,15 +361,6 @@ def rows_of(acts: list[tuple[int, ActRows]], conn: Optional[int] = None) -> list
     return out
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> dict[str, str]:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    from test_auth_tls import make_certificates  # the project's one recipe for test certificates
-
-    return make_certificates(tmp_path_factory.mktemp("certs"))
-
-
 @pytest.fixture
 def secret_file(tmp_path) -> str:
     path = tmp_path / "secret"
