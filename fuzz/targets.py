@@ -36,6 +36,7 @@ from rlinks_rllib.protocol.episodes import (
 )
 from rlinks_rllib.protocol.errors import AuthFailed, InvalidMessage
 from rlinks_rllib.protocol.messages import MessageType
+from rlinks_rllib.protocol.spaces import MAX_SPACE_LEAVES, SpaceMismatch, check_space, check_value, leaves
 
 __all__ = [
     "SEEDS",
@@ -128,6 +129,29 @@ def check_message(message: Any) -> None:
     again, error = _decode(frame, ())
     assert error is None, error
     assert len(again) == 1 and again[0]["type"] == message["type"] and again[0].keys() == message.keys()
+
+
+def check_space_and_value(desc: Any, value: Any) -> None:
+    """A peer's space description and a value for it: refused with ``InvalidMessage`` or accepted whole.
+
+    Whatever :func:`check_space` accepts has a flat leaf view, and a value
+    :func:`check_value` accepts has every leaf as an array of the space's dtype.
+    """
+    try:
+        check_space(desc)
+    except InvalidMessage:
+        return
+    flat = list(leaves(desc))
+    assert 1 <= len(flat) <= MAX_SPACE_LEAVES
+    try:
+        checked = check_value(desc, value)
+    except SpaceMismatch:
+        return
+    for path, leaf in flat:
+        node = checked
+        for part in path:
+            node = node[part]
+        assert isinstance(node, np.ndarray), (path, type(node))
 
 
 def valid_episode(steps: int = 5, seed: int = 0) -> dict:

@@ -209,6 +209,39 @@ def test_message_validation(message):
         targets.check_message(wire)
 
 
+leaf_spaces = st.one_of(
+    st.builds(lambda n, start: {"kind": "discrete", "n": n, "start": start}, st.integers(-1, 4), st.integers(-2, 2)),
+    st.builds(
+        lambda shape, dtype: {"kind": "box", "shape": list(shape), "dtype": dtype,
+                              "low": np.array(-1.0), "high": np.array(1.0)},
+        hnp.array_shapes(min_dims=0, max_dims=2, max_side=3), st.sampled_from(["<f4", "|u1", "<i8", "|b1", "<c8", "x"]),
+    ),
+    st.builds(lambda shape: {"kind": "multi_binary", "shape": list(shape)}, hnp.array_shapes(max_dims=2, max_side=3)),
+    st.builds(lambda nvec: {"kind": "multi_discrete", "nvec": np.array(nvec)}, st.lists(st.integers(0, 3), max_size=3)),
+)
+space_descriptions = st.recursive(
+    st.one_of(leaf_spaces, values),
+    lambda inner: st.one_of(
+        st.builds(lambda d: {"kind": "dict", "spaces": d}, st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+        st.builds(lambda items: {"kind": "tuple", "spaces": items}, st.lists(inner, max_size=3)),
+    ),
+    max_leaves=8,
+)
+
+
+@examples(400)
+@given(desc=space_descriptions, value=values, data=st.data())
+def test_space_descriptions_and_values(desc, value, data):
+    wire_desc = over_the_wire(desc)
+    if wire_desc is None:
+        return
+    targets.check_space_and_value(wire_desc, value)
+    if isinstance(wire_desc, dict) and wire_desc.get("kind") == "dict" and isinstance(wire_desc.get("spaces"), dict):
+        # A value shaped like the space, so the checks get past the first key.
+        shaped = {key: data.draw(values) for key in wire_desc["spaces"]}
+        targets.check_space_and_value(wire_desc, shaped)
+
+
 def _rllib_available() -> bool:
     try:
         import ray.rllib  # noqa: F401

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from ..protocol.errors import RLinksError
+from ..protocol.spaces import MAX_SPACE_DEPTH, describe_space, format_path
 
 __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
 
@@ -116,35 +117,64 @@ def load_spec(path: str | Path) -> LearnerSpec:
     return LearnerSpec(path=path, lines=lines, **{k: v for k, v in data.items()})
 
 
-def parse_space(desc: Any, where: str) -> Any:
+def parse_space(desc: Any, where: str, name: str = "space", path: tuple = ()) -> Any:
     """A gymnasium space from its YAML form.
 
-    ``{discrete: 2}``, ``{box: {low: -1.0, high: 1.0, shape: [3], dtype: float32}}``
-    or ``{multi_discrete: [3, 2]}``; ``low``/``high`` may be numbers or lists.
+    Leaves: ``{discrete: 2}``, ``{box: {low: -1.0, high: 1.0, shape: [3],
+    dtype: float32}}`` (``low``/``high`` numbers or lists; ``dtype`` any
+    numeric numpy name, ``uint8`` for images), ``{multi_discrete: [3, 2]}``,
+    ``{multi_binary: 4}`` or ``{multi_binary: [2, 3]}``. Containers, nested:
+    ``{dict: {camera: <space>, joints: <space>}}`` and
+    ``{tuple: [<space>, <space>]}``. The same limits hold as for a space that
+    comes over the wire (:mod:`rlinks_rllib.protocol.spaces`).
 
     Raises:
-        ConfigFileError: the description is malformed.
+        ConfigFileError: the description is malformed; the message gives
+            *where* (the file and line) and the key path inside the space
+            named *name*.
     """
     import gymnasium as gym
     import numpy as np
 
+    at = f"{where}: {name}{format_path(path)}"
+    if len(path) >= MAX_SPACE_DEPTH:
+        raise ConfigFileError(f"{at}: spaces nest deeper than {MAX_SPACE_DEPTH}")
     if not isinstance(desc, dict) or len(desc) != 1:
-        raise ConfigFileError(f"{where}: a space is one of {{discrete: N}}, {{box: {{...}}}}, {{multi_discrete: [...]}}")
+        raise ConfigFileError(
+            f"{at}: a space is one of {{discrete: N}}, {{box: {{...}}}}, {{multi_discrete: [...]}}, "
+            "{multi_binary: N}, {dict: {key: <space>, ...}}, {tuple: [<space>, ...]}"
+        )
     (kind, value), = desc.items()
     try:
+        if kind == "dict":
+            if not isinstance(value, dict) or not value:
+                raise ConfigFileError(f"{at}: a dict space maps keys to spaces")
+            return gym.spaces.Dict(
+                {str(key): parse_space(sub, where, name, path + (str(key),)) for key, sub in value.items()}
+            )
+        if kind == "tuple":
+            if not isinstance(value, list) or not value:
+                raise ConfigFileError(f"{at}: a tuple space is a list of spaces")
+            return gym.spaces.Tuple([parse_space(sub, where, name, path + (i,)) for i, sub in enumerate(value)])
         if kind == "discrete":
             return gym.spaces.Discrete(int(value))
         if kind == "multi_discrete":
             return gym.spaces.MultiDiscrete(list(value))
+        if kind == "multi_binary":
+            return gym.spaces.MultiBinary(list(value) if isinstance(value, list) else int(value))
         if kind == "box":
             dtype = np.dtype(value.get("dtype", "float32"))
+            if dtype.kind not in "biuf":
+                raise ValueError(f"dtype {dtype} is not a plain bool, int or float")
             shape = tuple(value["shape"]) if "shape" in value else None
             low = np.array(value["low"], dtype=dtype) if isinstance(value["low"], list) else value["low"]
             high = np.array(value["high"], dtype=dtype) if isinstance(value["high"], list) else value["high"]
             return gym.spaces.Box(low=low, high=high, shape=shape, dtype=dtype)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigFileError(f"{where}: bad {kind} space: {exc}") from exc
-    raise ConfigFileError(f"{where}: unknown space kind {kind!r}")
+    except ConfigFileError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigFileError(f"{at}: bad {kind} space: {exc}") from exc
+    raise ConfigFileError(f"{at}: unknown space kind {kind!r}")
 
 
 def resolve_spaces(spec: LearnerSpec) -> tuple[Any, Any]:
@@ -165,10 +195,16 @@ def resolve_spaces(spec: LearnerSpec) -> tuple[Any, Any]:
         return env.observation_space, env.action_space
     if "observation" not in spaces or "action" not in spaces:
         raise ConfigFileError(f"{spec.where('spaces')}: give 'from_env' or both 'observation' and 'action'")
-    return (
-        parse_space(spaces["observation"], spec.where("spaces", "observation")),
-        parse_space(spaces["action"], spec.where("spaces", "action")),
-    )
+    parsed = []
+    for name in ("observation", "action"):
+        where = spec.where("spaces", name)
+        space = parse_space(spaces[name], where, name)
+        try:
+            describe_space(space)
+        except TypeError as exc:
+            raise ConfigFileError(f"{where}: {name}: {exc}") from exc
+        parsed.append(space)
+    return parsed[0], parsed[1]
 
 
 def _apply(spec: LearnerSpec, section: str, method: Any, values: dict) -> None:

@@ -255,6 +255,31 @@ def cases() -> dict[str, Callable[[], Case]]:
             },
         },
     )
+    c["valid_set_config_nested_spaces"] = lambda: valid(
+        "SET_CONFIG whose observation is a dict of an image, a vector and a tuple; uniform bounds as 0-d arrays.",
+        {
+            "type": "SET_CONFIG",
+            "config": {
+                "version": 1,
+                "algorithm": "PPO",
+                "observation_space": {
+                    "kind": "dict",
+                    "spaces": {
+                        "camera": {"kind": "box", "shape": [4, 4, 3], "dtype": "|u1",
+                                   "low": np.array(0, np.uint8), "high": np.array(255, np.uint8)},
+                        "joints": {"kind": "box", "shape": [2], "dtype": "<f4",
+                                   "low": np.array([-1.0, -2.0], np.float32), "high": np.array([1.0, 2.0], np.float32)},
+                        "sensors": {"kind": "tuple", "spaces": [{"kind": "multi_binary", "shape": [3]},
+                                                                {"kind": "discrete", "n": 3, "start": 1}]},
+                    },
+                },
+                "action_space": {"kind": "multi_discrete", "nvec": np.array([3, 2], np.int64)},
+                "rollout_fragment_length": 200,
+                "on_policy": True,
+                "model_config": {"conv_filters": [[16, [4, 4], 2], [32, [2, 2], 1]]},
+            },
+        },
+    )
     c["valid_set_state_weights"] = lambda: valid(
         "SET_STATE carrying a weight set as RLlib's server sends it.", {"type": "SET_STATE", "state": weights()}
     )
