@@ -256,4 +256,28 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         if unknown:
             raise ConfigFileError(f"{spec.where('model', unknown[0])}: model: unknown setting {unknown[0]!r}")
         config.rl_module(model_config=DefaultModelConfig(**spec.model))
+    _encode_nested_observations(spec, config, observation_space)
     return config
+
+
+def _encode_nested_observations(spec: LearnerSpec, config: Any, observation_space: Any) -> None:
+    """Give a Dict/Tuple observation the multi-input encoder (RLlib has none for it).
+
+    Raises:
+        ConfigFileError: the algorithm's module is not PPO's (PPO, APPO and
+            IMPALA share it); others have no encoder for nested spaces here.
+    """
+    from ray.rllib.algorithms.ppo.default_ppo_rl_module import DefaultPPORLModule
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from .multi_input import MultiInputPPOCatalog, is_nested_space
+
+    if not is_nested_space(observation_space):
+        return
+    module_class = config.get_default_rl_module_spec().module_class
+    if not issubclass(module_class, DefaultPPORLModule):
+        raise ConfigFileError(
+            f"{spec.where('spaces', 'observation')}: a Dict or Tuple observation needs PPO, APPO or IMPALA "
+            f"(their module takes the multi-input encoder); {spec.algorithm} has none for it"
+        )
+    config.rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog))
