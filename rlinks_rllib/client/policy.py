@@ -64,6 +64,27 @@ class Policy(abc.ABC):
     """
 
     _rng: np.random.Generator  # the generator sampling uses unless a call passes its own
+    action_space: ActionSpace
+    _normalize: bool
+    _clip: bool
+
+    def _act_on(
+        self, logits: np.ndarray, explore: bool, rng: np.random.Generator | None, state_out: Any = None
+    ) -> PolicyOutput:
+        """Actions drawn from *logits* as RLlib draws them, and what the simulator applies.
+
+        Raises:
+            ValueError: the logits are not finite (NaN or inf in the
+                observations or weights), which would make every action
+                meaningless.
+        """
+        if not np.isfinite(logits).all():
+            bad = np.flatnonzero(~np.isfinite(logits).all(axis=-1))
+            raise ValueError(f"logits are not finite for observations at rows {bad[:8].tolist()}")
+        rng = rng if rng is not None else self._rng
+        action, logp = sample_actions(self.action_space, logits, explore=explore, rng=rng)
+        for_env = action_for_env(self.action_space, action, normalize=self._normalize, clip=self._clip)
+        return PolicyOutput(action, logp, logits, for_env, state_out)
 
     @abc.abstractmethod
     def _observation_shape(self) -> tuple[int, ...] | None:
@@ -185,13 +206,4 @@ class NumpyPolicy(Policy):
                 logits are not finite (NaN or inf in the observations or
                 weights), which would make every action meaningless.
         """
-        logits = self.action_dist_inputs(obs)
-        if not np.isfinite(logits).all():
-            bad = np.flatnonzero(~np.isfinite(logits).all(axis=-1))
-            raise ValueError(f"logits are not finite for observations at rows {bad[:8].tolist()}")
-        rng = rng if rng is not None else self._rng
-        action, logp = sample_actions(self.action_space, logits, explore=explore, rng=rng)
-        for_env = action_for_env(
-            self.action_space, action, normalize=self._normalize, clip=self._clip
-        )
-        return PolicyOutput(action, logp, logits, for_env)
+        return self._act_on(self.action_dist_inputs(obs), explore, rng)

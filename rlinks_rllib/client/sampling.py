@@ -12,7 +12,9 @@ bounds (RLlib's ``normalize_actions=True``) or clipped (``clip_actions=True``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -35,17 +37,21 @@ class PolicyOutput:
         action_dist_inputs: float32 logits, the module's ``action_dist_inputs``.
         action_for_env: ``action`` unsquashed or clipped to the Box bounds and
             shaped as the Box; for ``Discrete`` the same as ``action``.
+        state_out: a recurrent policy's state after this step, by name
+            (``None`` for a stateless one): what the next step takes.
     """
 
     action: np.ndarray
     action_logp: np.ndarray
     action_dist_inputs: np.ndarray
     action_for_env: np.ndarray
+    state_out: Optional[Mapping[str, np.ndarray]] = None
 
     def row(self, i: int) -> PolicyOutput:
         """The output for the *i*-th observation of the batch."""
+        state = None if self.state_out is None else {k: v[i] for k, v in self.state_out.items()}
         return PolicyOutput(
-            self.action[i], self.action_logp[i], self.action_dist_inputs[i], self.action_for_env[i]
+            self.action[i], self.action_logp[i], self.action_dist_inputs[i], self.action_for_env[i], state
         )
 
 

@@ -270,14 +270,14 @@ def _encode_nested_observations(spec: LearnerSpec, config: Any, observation_spac
     from ray.rllib.algorithms.ppo.default_ppo_rl_module import DefaultPPORLModule
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from .multi_input import MultiInputPPOCatalog, is_nested_space
+    from .multi_input import MultiInputPPOCatalog, needs_multi_input
 
-    if not is_nested_space(observation_space):
+    if not needs_multi_input(observation_space):
         return
     module_class = config.get_default_rl_module_spec().module_class
     if not issubclass(module_class, DefaultPPORLModule):
         raise ConfigFileError(
-            f"{spec.where('spaces', 'observation')}: a Dict or Tuple observation needs PPO, APPO or IMPALA "
+            f"{spec.where('spaces', 'observation')}: a Dict, Tuple or uint8 image observation needs PPO, APPO or IMPALA "
             f"(their module takes the multi-input encoder); {spec.algorithm} has none for it"
         )
     config.rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog))

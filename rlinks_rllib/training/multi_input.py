@@ -46,7 +46,7 @@ from torch import nn
 
 from ..protocol.spaces import describe_space, leaves
 
-__all__ = ["MultiInputEncoderConfig", "MultiInputPPOCatalog", "is_nested_space"]
+__all__ = ["MultiInputEncoderConfig", "MultiInputPPOCatalog", "needs_multi_input"]
 
 #: Stream names inside the fusion encoder; leaf keys from users never become
 #: module names (torch refuses dots in them).
@@ -54,9 +54,15 @@ VECTOR_STREAM = "vector"
 IMAGE_STREAM = "image{}"
 
 
-def is_nested_space(space: gym.Space) -> bool:
-    """Whether RLlib's own catalog can't encode *space* and ours must."""
-    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+def needs_multi_input(space: gym.Space) -> bool:
+    """Whether RLlib's own catalog can't encode *space* and ours must.
+
+    True for a ``Dict`` or ``Tuple``, and for a ``uint8`` image ``Box``
+    (RLlib's CNN takes floats only; ours scales the bytes).
+    """
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return True
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
 @dataclasses.dataclass
@@ -194,7 +200,7 @@ class TorchMultiInputEncoder(TorchModel, Encoder):
 
 
 class MultiInputPPOCatalog(PPOCatalog):
-    """PPO's catalog (also APPO's and IMPALA's) with :class:`MultiInputEncoderConfig` for nested spaces."""
+    """PPO's catalog (also APPO's and IMPALA's) with :class:`MultiInputEncoderConfig` where :func:`needs_multi_input`."""
 
     @classmethod
     def _get_encoder_config(
@@ -203,6 +209,6 @@ class MultiInputPPOCatalog(PPOCatalog):
         model_config_dict: dict,
         action_space: gym.Space = None,
     ) -> ModelConfig:
-        if is_nested_space(observation_space) and not model_config_dict.get("use_lstm"):
+        if needs_multi_input(observation_space) and not model_config_dict.get("use_lstm"):
             return MultiInputEncoderConfig(observation_space=observation_space, model_config_dict=model_config_dict)
         return super()._get_encoder_config(observation_space, model_config_dict, action_space)
