@@ -807,3 +807,65 @@ def test_mutated_states_raise_only_episode_error(state):
     episode = to_rllib(checked)
     assert len(episode) == episode_len(checked) == checked["t"] - checked["t_started"]
     assert np.isfinite(episode.get_return())
+
+
+def test_builder_stacks_dict_and_tuple_observations_per_leaf():
+    import gymnasium as gym
+
+
+    from rlinks_rllib.protocol.spaces import check_column, describe_space
+
+    space = gym.spaces.Dict(
+        {"camera": gym.spaces.Box(0, 255, (4, 4, 3), np.uint8),
+         "sensors": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))))}
+    )
+    space.seed(0)
+    builder = EpisodeBuilder()
+    seen = [space.sample()]
+    builder.reset(seen[0])
+    for t in range(5):
+        seen.append(space.sample())
+        state = {"h": np.full(3, t, np.float32), "c": np.zeros(3, np.float32)}
+        builder.step(1, 1.0, seen[-1], extra={"state_out": state})
+    first, = builder.take_chunks()
+    obs = first["observations"]["data"]
+    assert obs["camera"].shape == (6, 4, 4, 3) and obs["camera"].dtype == np.uint8
+    assert isinstance(obs["sensors"], list) and obs["sensors"][1].shape == (6, 2)
+    np.testing.assert_array_equal(obs["sensors"][0], [s["sensors"][0] for s in seen])
+    check_column(describe_space(space), obs, 6)
+    assert first["extra_model_outputs"]["state_out"]["data"]["h"][:, 0].tolist() == [0, 1, 2, 3, 4]
+    # The next chunk of the same episode starts at the last observation, per leaf.
+    seen.append(space.sample())
+    builder.step(0, 0.0, seen[-1], extra={"state_out": state})
+    second, = builder.take_chunks()
+    np.testing.assert_array_equal(second["observations"]["data"]["camera"][0], seen[5]["camera"])
+    assert second["observations"]["data"]["sensors"][1].shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "obs, message",
+    [
+        ({"camera": np.zeros((4, 4, 3), np.uint8)}, r"obs: expected a dict with keys \['camera', 'sensors'\]"),
+        ({"camera": np.zeros((4, 4, 3), np.uint8), "sensors": (1,)}, r"obs\['sensors'\]: expected a tuple of 2"),
+        ({"camera": np.zeros((4, 4, 3), np.uint8), "sensors": [1, np.zeros(2)]}, r"obs\['sensors'\]: expected a tuple"),
+        ({"camera": np.zeros((4, 4), np.uint8), "sensors": (1, np.zeros(2))}, r"obs\['camera'\]: shape"),
+    ],
+)
+def test_builder_names_the_leaf_that_does_not_fit(obs, message):
+
+
+    builder = EpisodeBuilder()
+    builder.reset({"camera": np.zeros((4, 4, 3), np.uint8), "sensors": (0, np.zeros(2))})
+    with pytest.raises(ValueError, match=message):
+        builder.step(0, 1.0, obs)
+
+
+def test_vector_builder_splits_tuple_batches_per_env():
+
+
+    builders = VectorEpisodeBuilder(2)
+    builders.reset({"a": np.zeros((2, 3)), "t": (np.array([0, 1]), np.zeros((2, 2)))})
+    builders.step(np.array([0, 1]), np.ones(2), {"a": np.ones((2, 3)), "t": (np.array([1, 2]), np.ones((2, 2)))},
+                  [True, False], [False, False])
+    chunks = builders.take_chunks()
+    assert [c["observations"]["data"]["t"][0].tolist() for c in chunks] == [[0, 1], [1, 2]]

@@ -19,8 +19,9 @@ Each column (observations, actions, rewards, each extra model output) is a
 preallocated numpy array that doubles when full, so a chunk leaves as one
 array per column rather than one tiny array per step. The shape and dtype of
 a column are fixed by its first entry in an episode; later entries must
-match the shape and cast to the dtype with ``same_kind`` casting. Dict
-observations and actions get one column per leaf.
+match the shape and cast to the dtype with ``same_kind`` casting. Dict and
+tuple observations and actions (``Dict`` and ``Tuple`` spaces; a ``list`` is
+an array) get one column per leaf, sent as a dict or list of stacked arrays.
 
 An episode that is still running when :meth:`EpisodeBuilder.take_chunks` is
 called is cut the way RLlib's ``SingleAgentEpisode.cut()`` does it: the
@@ -96,20 +97,30 @@ class _Column:
 
 
 class _Nest:
-    """Columns for a value that may be a dict of values (nested spaces)."""
+    """Columns for a value that may be nested: a dict (a ``Dict`` space) or a tuple (a ``Tuple`` space).
 
-    __slots__ = ("_what", "_column", "_children")
+    A Python ``tuple`` is a ``Tuple`` space's value and gets one column per
+    entry; a ``list`` is an array, as numpy reads it.
+    """
+
+    __slots__ = ("_what", "_column", "_children", "_keys")
 
     def __init__(self, first: Any, what: str) -> None:
         self._what = what
+        self._column = None
+        self._children = None
+        self._keys = None
         if isinstance(first, Mapping):
             if not first or not all(isinstance(k, str) for k in first):
                 raise ValueError(f"{what}: a dict needs string keys, and at least one")
-            self._column = None
-            self._children = {k: _Nest(v, f"{what}.{k}") for k, v in first.items()}
+            self._keys = list(first)
+            self._children = [_Nest(first[k], f"{what}[{k!r}]") for k in self._keys]
+        elif isinstance(first, tuple):
+            if not first:
+                raise ValueError(f"{what}: a tuple needs at least one entry")
+            self._children = [_Nest(v, f"{what}[{i}]") for i, v in enumerate(first)]
         else:
             self._column = _Column(_as_array(first, what), what)
-            self._children = None
 
     def prepare(self, value: Any) -> list:
         """Check ``value``; return its (column, array) pairs for :func:`_commit`."""
@@ -117,19 +128,25 @@ class _Nest:
             array = _as_array(value, self._what)
             self._column.check(array)
             return [(self._column, array)]
-        if not isinstance(value, Mapping) or value.keys() != self._children.keys():
-            raise ValueError(
-                f"{self._what}: expected a dict with keys {sorted(self._children)}"
-            )
+        if self._keys is not None:
+            if not isinstance(value, Mapping) or value.keys() != set(self._keys):
+                raise ValueError(f"{self._what}: expected a dict with keys {sorted(self._keys)}")
+            values = [value[k] for k in self._keys]
+        else:
+            if not isinstance(value, tuple) or len(value) != len(self._children):
+                raise ValueError(f"{self._what}: expected a tuple of {len(self._children)} entries")
+            values = value
         pairs = []
-        for key, child in self._children.items():
-            pairs.extend(child.prepare(value[key]))
+        for child, item in zip(self._children, values):
+            pairs.extend(child.prepare(item))
         return pairs
 
     def take(self) -> Any:
+        """The stacked form: an array, or a dict / list of stacked forms."""
         if self._column is not None:
             return self._column.take()
-        return {k: c.take() for k, c in self._children.items()}
+        taken = [child.take() for child in self._children]
+        return dict(zip(self._keys, taken)) if self._keys is not None else taken
 
     def keep_last(self) -> None:
         for column in self._columns():
@@ -143,7 +160,7 @@ class _Nest:
         if self._column is not None:
             yield self._column
         else:
-            for child in self._children.values():
+            for child in self._children:
                 yield from child._columns()
 
 
@@ -412,6 +429,8 @@ class VectorEpisodeBuilder:
 def _row(batch: Any, i: int) -> Any:
     if isinstance(batch, Mapping):
         return {k: _row(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(v, i) for v in batch)
     return batch[i]
 
 
