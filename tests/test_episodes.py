@@ -852,8 +852,6 @@ def test_builder_stacks_dict_and_tuple_observations_per_leaf():
     ],
 )
 def test_builder_names_the_leaf_that_does_not_fit(obs, message):
-
-
     builder = EpisodeBuilder()
     builder.reset({"camera": np.zeros((4, 4, 3), np.uint8), "sensors": (0, np.zeros(2))})
     with pytest.raises(ValueError, match=message):
@@ -861,8 +859,6 @@ def test_builder_names_the_leaf_that_does_not_fit(obs, message):
 
 
 def test_vector_builder_splits_tuple_batches_per_env():
-
-
     builders = VectorEpisodeBuilder(2)
     builders.reset({"a": np.zeros((2, 3)), "t": (np.array([0, 1]), np.zeros((2, 2)))})
     builders.step(np.array([0, 1]), np.ones(2), {"a": np.ones((2, 3)), "t": (np.array([1, 2]), np.ones((2, 2)))},
