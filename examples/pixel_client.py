@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict:
         config = client.get_config()  # with the exported graph: we asked for 'policy_graph'
         update = client.get_state()
         policy = policy_for(config, update.params, rng=np.random.default_rng(args.seed))
-        want = update.want_steps or config["rollout_fragment_length"]
+        want = config["rollout_fragment_length"] if update.want_steps is None else update.want_steps
         log.info("connected to %s; running %s", args.address, type(policy).__name__)
 
         builder = EpisodeBuilder()

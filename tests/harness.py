@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -113,3 +117,73 @@ def episode_return(result: dict) -> float:
 
 def rlinks_metrics(result: dict) -> dict:
     return result["env_runners"].get("rlinks", {})
+
+
+RLINKS = [sys.executable, "-m", "rlinks_rllib"]
+
+
+@dataclass
+class CliRun:
+    """What a training run through the real ``rlinks`` command left behind."""
+
+    learner_log: str
+    client_out: str
+    returncode: int
+    seconds: float
+    output: Path
+
+    @property
+    def reached(self) -> float:
+        """The mean return the learner stopped at (``done: mean return X``)."""
+        found = re.search(r"done: mean return (-?[\d.]+)", self.learner_log)
+        assert found, self.learner_log[-4000:]
+        return float(found.group(1))
+
+
+def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list[str],
+                      timeout_s: float = 600) -> CliRun:
+    """``rlinks learner ARGS`` on free ports, then ``rlinks client --address <its directory> ARGS``.
+
+    Waits until the learner exits (its stop rule) or *timeout_s* passes
+    (an assertion); clients that fail end the wait at once. The learner gets
+    Ctrl-C when the test ends early, so it stops RLlib and Ray itself.
+    """
+    output = tmp_path / "run"
+    started = time.monotonic()
+    log = open(tmp_path / "learner.log", "w+")  # a file, not a pipe: the learner never blocks on its output
+    learner = subprocess.Popen([*RLINKS, "learner", *learner_args, "--port", "0", "--output", str(output)],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+    clients = None
+    try:
+        deadline = time.monotonic() + 180
+        while not (output / "directory.json").exists():
+            assert learner.poll() is None, (tmp_path / "learner.log").read_text()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        directory = json.loads((output / "directory.json").read_text())
+        clients = subprocess.Popen(
+            [*RLINKS, "client", "--address", f"{directory['host']}:{directory['port']}", *client_args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while learner.poll() is None:
+            # Clients that fail (a bad flag, a refusal) would leave the learner waiting for steps; once
+            # the learner has stopped they exit 0 (shutting_down) before it has.
+            assert clients.poll() in (None, 0), clients.communicate(timeout=10)[0]
+            assert time.monotonic() < deadline, f"the learner did not stop within {timeout_s:.0f} s"
+            time.sleep(1)
+        client_out, _ = clients.communicate(timeout=60)
+    finally:
+        if clients is not None and clients.poll() is None:
+            clients.kill()
+            clients.wait(timeout=10)
+        if learner.poll() is None:
+            learner.send_signal(signal.SIGINT)
+            try:
+                learner.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+                learner.wait(timeout=10)
+        log.close()
+    return CliRun((tmp_path / "learner.log").read_text(), client_out, learner.returncode,
+                  time.monotonic() - started, output)

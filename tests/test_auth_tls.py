@@ -97,7 +97,7 @@ def _ingest(wire: list) -> tuple[list, int]:
 def serving(**settings) -> Iterator[RLinkServer]:
     server = RLinkServer(
         RLinkSettings(port=0, **settings), port=0, ingest=_ingest,
-        config_message=lambda: {"type": "SET_CONFIG", "config": {"version": 1}}, update_steps=64, on_policy=False,
+        config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": {"version": 1}}, update_steps=64, on_policy=False,
     )
     server.replace_weights(TEST_PARAMS, 1)
     server.start()

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import ROOT
+from harness import RLINKS, ROOT, train_through_cli
 
-RLINKS = [sys.executable, "-m", "rlinks_rllib"]
 _CLIENT = "dummy_cartpole_client.py"
 
 
@@ -116,54 +115,15 @@ def test_learner_and_clients_with_two_cpu_learners(tmp_path):
 @pytest.mark.timeout(900)
 def test_python_clients_with_served_actions_train_ppo_cartpole_to_150(tmp_path):
     """`rlinks client -n 2 -- --served-actions --envs 4`: the learner runs the policy for 8 CartPoles (PROTOCOL.md 10.5)."""
-    output = tmp_path / "run"
-    started = time.monotonic()
-    log = open(tmp_path / "learner.log", "w+")  # a file, not a pipe: the learner never blocks on its output
-    learner = subprocess.Popen(
-        [*RLINKS, "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0", "--num-env-runners", "1",
-         "--stop-reward", "150", "--output", str(output)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+    # --script: this tree's example (an installed rlinks-rllib may bundle another copy).
+    run = train_through_cli(
+        tmp_path,
+        ["--config", "configs/ppo_cartpole.yaml", "--num-env-runners", "1", "--stop-reward", "150"],
+        ["-n", "2", "--script", str(ROOT / "examples" / _CLIENT),
+         "--", "--served-actions", "--envs", "4", "--max-steps", "10000000"],
     )
-    clients = None
-    try:
-        deadline = time.monotonic() + 180
-        while not (output / "directory.json").exists():
-            assert learner.poll() is None, (tmp_path / "learner.log").read_text()
-            assert time.monotonic() < deadline, "the learner never listened"
-            time.sleep(0.5)
-        directory = json.loads((output / "directory.json").read_text())
-        address = f"{directory['host']}:{directory['port']}"
-        # --script: this tree's example (an installed rlinks-rllib may bundle another copy).
-        clients = subprocess.Popen(
-            [*RLINKS, "client", "--address", address, "-n", "2", "--script", str(ROOT / "examples" / _CLIENT),
-             "--", "--served-actions", "--envs", "4", "--max-steps", "10000000"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        deadline = time.monotonic() + 600
-        while learner.poll() is None:
-            # Clients that fail (a bad flag, a refusal) would leave the learner waiting for steps; once
-            # the learner has stopped they exit 0 (shutting_down) before it has.
-            assert clients.poll() in (None, 0), clients.communicate(timeout=10)[0]
-            assert time.monotonic() < deadline, "no mean return of 150 within 600 s"
-            time.sleep(1)
-        client_out, _ = clients.communicate(timeout=60)
-    finally:
-        if clients is not None and clients.poll() is None:
-            clients.kill()
-            clients.wait(timeout=10)
-        if learner.poll() is None:
-            # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
-            learner.send_signal(signal.SIGINT)
-            try:
-                learner.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                learner.kill()
-                learner.wait(timeout=10)
-        log.close()
-    out = (tmp_path / "learner.log").read_text()
-    elapsed = time.monotonic() - started
-    assert learner.returncode == 0, out
-    reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
-    assert reached >= 150, out
-    assert client_out.count("summary: steps=") == 2, client_out
+    assert run.returncode == 0, run.learner_log
+    assert run.reached >= 150, run.learner_log
+    assert run.client_out.count("summary: steps=") == 2, run.client_out
+    reached, elapsed = run.reached, run.seconds
     print(f"\nPython clients with served actions trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s")

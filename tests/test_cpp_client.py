@@ -168,7 +168,7 @@ class FakeLearner:
         self.updates = 1
         self.server = RLinkServer(
             RLinkSettings(port=0, **settings), port=0, ingest=self._ingest,
-            config_message=lambda: {"type": "SET_CONFIG", "config": CONFIG},
+            config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": CONFIG},
             update_steps=UPDATE_STEPS, on_policy=True,
         )
         self.server.replace_weights(PARAMS, self.updates)

@@ -281,7 +281,7 @@ def _ingest(wire: list) -> tuple[list, int]:
 @contextlib.contextmanager
 def live_server(**settings_):
     server = RLinkServer(RLinkSettings(port=0, handshake_timeout_s=2.0, frame_timeout_s=2.0, **settings_), port=0,
-                         ingest=_ingest, config_message=lambda: {"type": "SET_CONFIG", "config": {"version": 1}},
+                         ingest=_ingest, config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": {"version": 1}},
                          update_steps=16, on_policy=False)
     server.replace_weights({"w": np.zeros((2, 2), np.float32)}, 1)
     server.start()

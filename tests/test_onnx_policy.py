@@ -20,7 +20,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from harness import ROOT
 from rlinks_rllib.protocol.spaces import describe_space, leaves
 from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
-from rlinks_rllib.training.onnx_export import export_policy_graph
+from rlinks_rllib.server.graph_export import export_policy_graph
 
 pytest.importorskip("onnxruntime")
 
@@ -258,3 +258,68 @@ def test_a_graph_not_exported_for_rlinks_is_refused(dict_graph):
         OnnxPolicy(model.SerializeToString(), params, action_space)
     with pytest.raises(UnsupportedModelError, match="cannot load"):
         OnnxPolicy(b"not onnx", params, action_space)
+
+
+def test_the_runner_hands_its_graph_only_to_clients_that_ask():
+    from rlinks_rllib.client import RLinkClient
+    from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
+    from rlinks_rllib.protocol.config import build_config
+    from rlinks_rllib.protocol.episodes import check_episode_state
+    from rlinks_rllib.server.listener import RLinkServer
+    from rlinks_rllib.server.settings import RLinkSettings
+
+    graph = b"\x08\x09 an ONNX model, opaque to the transport"
+
+    def config_message(with_graph):
+        extra = {"policy_graph": graph} if with_graph else {}
+        description = build_config(algorithm="PPO", observation_space=describe_space(gym.spaces.Box(-1, 1, (4,))),
+                                   action_space=describe_space(gym.spaces.Discrete(2)), rollout_fragment_length=64,
+                                   on_policy=False, model_config={}, **extra)
+        return {"type": "SET_CONFIG", "config": description}
+
+    def ingest(wire):
+        episodes = [check_episode_state(w, allow_empty=True) for w in wire]
+        return episodes, sum(e["t"] - e["t_started"] for e in episodes)
+
+    def config_of(server, *extra):
+        client = RLinkClient(f"127.0.0.1:{server.address[1]}", extensions=[*DEFAULT_EXTENSIONS, *extra], timeout=10)
+        try:
+            client.connect()
+            return client.get_config()
+        finally:
+            client.close()
+
+    for exported in (True, False):
+        server = RLinkServer(RLinkSettings(port=0), port=0, ingest=ingest, config_message=config_message,
+                             update_steps=64, on_policy=False, policy_graph=exported)
+        server.replace_weights({"w": np.zeros(2, np.float32)}, 1)
+        server.start()
+        try:
+            assert "policy_graph" not in config_of(server)
+            asked = config_of(server, "policy_graph")
+            if exported:
+                assert asked["policy_graph"] == graph
+            else:
+                assert "policy_graph" not in asked  # not agreed: a runner without a graph says nothing
+        finally:
+            server.stop()
+
+
+def test_policy_for_picks_numpy_for_the_default_mlp_and_the_graph_otherwise(dict_graph):
+    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policy import NumpyPolicy, UnsupportedModelError
+    from rlinks_rllib.client.policy_choice import policy_for
+
+    mlp = PPOConfig().environment(observation_space=gym.spaces.Box(-1, 1, (4,)), action_space=gym.spaces.Discrete(2))
+    module = mlp.rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[8])).get_rl_module_spec(inference_only=True).build()
+    vector_config = {"observation_space": describe_space(module.observation_space),
+                     "action_space": describe_space(module.action_space), "model_config": {"fcnet_hiddens": [8]}}
+    params = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    assert isinstance(policy_for(vector_config, params), NumpyPolicy)
+
+    graph, dict_params, action_space = dict_graph
+    dict_config = {"observation_space": describe_space(CASES["dict"][0]), "action_space": action_space,
+                   "model_config": {}}
+    with pytest.raises(UnsupportedModelError, match="'policy_graph' extension"):
+        policy_for(dict_config, dict_params)
+    assert isinstance(policy_for({**dict_config, "policy_graph": graph}, dict_params), OnnxPolicy)

@@ -1,7 +1,7 @@
 """Any exported RLlib module on the simulator, run with onnxruntime: no torch, no Ray.
 
 The runner exports its module's inference pass once per architecture
-(:func:`rlinks_rllib.training.onnx_export.export_policy_graph`) with the
+(:func:`rlinks_rllib.server.graph_export.export_policy_graph`) with the
 weights as graph inputs, so :class:`OnnxPolicy` takes the graph once and then
 the same state dicts from ``SET_STATE`` that :class:`~.policy.NumpyPolicy`
 takes. It runs CNNs, Dict observations of images and vectors, and recurrent

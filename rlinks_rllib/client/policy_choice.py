@@ -15,13 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from ..protocol.config import POLICY_GRAPH_KEY
 from .mlp import UnsupportedModelError
 from .policy import NumpyPolicy, Policy
 
-__all__ = ["policy_for", "POLICY_GRAPH_KEY"]
-
-#: Where ``SET_CONFIG``'s description carries the exported graph.
-POLICY_GRAPH_KEY = "policy_graph"
+__all__ = ["policy_for"]
 
 
 def policy_for(

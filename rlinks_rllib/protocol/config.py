@@ -13,7 +13,8 @@ code when unpickled. Ours sends a plain map instead::
       "on_policy": true,              # send EPISODES_AND_GET_STATE and wait for SET_STATE
       "model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh",
                        "vf_share_layers": false, ...},
-      "weights_layout": {"pi.net.mlp.0.weight": [2, 256], ...}   # optional
+      "weights_layout": {"pi.net.mlp.0.weight": [2, 256], ...},  # optional
+      "policy_graph": <bin>           # optional: ONNX bytes, to a client that asked (policy_graph)
     }
 
 When the runner is told ``unsafe_pickle_config`` the ``config`` field holds
@@ -28,9 +29,11 @@ from typing import Any, Mapping
 from .errors import InvalidMessage
 from .spaces import check_space
 
-__all__ = ["CONFIG_VERSION", "build_config", "read_config"]
+__all__ = ["CONFIG_VERSION", "POLICY_GRAPH_KEY", "build_config", "read_config"]
 
 CONFIG_VERSION = 1
+#: The description's key for the exported policy graph (``policy_graph`` extension).
+POLICY_GRAPH_KEY = "policy_graph"
 
 
 def build_config(
@@ -80,4 +83,6 @@ def read_config(message: Mapping[str, Any]) -> dict | None:
             raise InvalidMessage(f"SET_CONFIG description needs {key!r} of type {kind.__name__}")
     check_space(config.get("observation_space"))
     check_space(config.get("action_space"))
+    if not isinstance(config.get(POLICY_GRAPH_KEY, b""), bytes):
+        raise InvalidMessage(f"SET_CONFIG description's {POLICY_GRAPH_KEY!r} must be bin (ONNX bytes)")
     return config

@@ -52,6 +52,9 @@ class Extension(str, enum.Enum):
     #: The client sends observations (``ACT``) and the server answers with
     #: actions (``ACTIONS``): for a simulator that can't run the policy.
     SERVED_ACTIONS = "served_actions"
+    #: ``SET_CONFIG``'s description carries ``policy_graph``: the runner's
+    #: module as ONNX with its weights as inputs (PROTOCOL.md 8.1, 10.6).
+    POLICY_GRAPH = "policy_graph"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The interface of an exported policy graph: what its inputs and outputs are called.
 
 The runner exports its module's inference pass to ONNX with the weights as
-graph inputs (:mod:`rlinks_rllib.training.onnx_export`); a client runs it
+graph inputs (:mod:`rlinks_rllib.server.graph_export`); a client runs it
 with any ONNX runtime (:class:`rlinks_rllib.client.onnx_policy.OnnxPolicy` in
 Python). Both sides agree on the names through this module, and the graph
 carries them in its metadata entry :data:`METADATA_KEY` as JSON::

@@ -37,10 +37,11 @@ from ray.rllib.utils.numpy import convert_to_numpy
 
 from .._version import SERVER_AGENT
 from ..protocol import messages as msgs
-from ..protocol.config import build_config
+from ..protocol.config import POLICY_GRAPH_KEY, build_config
 from ..protocol.spaces import describe_space
 from .episodes import EpisodeIngest
 from .forward import ModuleForward, served_actions_unsupported
+from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episode, log_sampled
@@ -99,8 +100,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self.server: Optional[RLinkServer] = None
         #: The forward pass for served actions, when this runner serves them.
         self._forward: Optional[ModuleForward] = None
+        #: The module as ONNX for clients that ask (``policy_graph``); None: not exported.
+        self._policy_graph: Optional[bytes] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
         if serves and not self.config.in_evaluation:
+            self._policy_graph = self._export_policy_graph()
             self.server = RLinkServer(
                 self.settings,
                 port=self.settings.port_for(self.worker_index),
@@ -110,6 +114,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 on_policy=self.on_policy,
                 fragment_steps=self._target_steps,
                 served=self._served_policy(),
+                policy_graph=self._policy_graph is not None,
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
             self.server.start()
@@ -307,11 +312,33 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             no_actions=np.empty((0, *action_space.shape), np.int64 if discrete else action_space.dtype),
         )
 
+    def _export_policy_graph(self) -> Optional[bytes]:
+        """The module as an ONNX policy graph, when the ``policy_graph`` setting asks for one.
+
+        Raises:
+            ExportError: ``policy_graph="on"`` and the module can't be exported.
+        """
+        mode = self.settings.policy_graph
+        if mode == "off" or (mode == "auto" and not needs_policy_graph(self.module, self.config.model_config)):
+            return None
+        started = time.perf_counter()
+        try:
+            graph = export_policy_graph(self.module)
+        except ExportError as exc:
+            if mode == "on":
+                raise
+            logger.warning("RLinkEnvRunner %d: no policy graph for clients: %s", self.worker_index, exc)
+            return None
+        logger.info("RLinkEnvRunner %d: policy graph exported (%d bytes, %.1f s)",
+                    self.worker_index, len(graph), time.perf_counter() - started)
+        return graph
+
     def _module_params(self) -> dict:
         return convert_to_numpy(self.module.get_state(inference_only=True))
 
-    def _config_message(self) -> dict:
+    def _config_message(self, with_graph: bool = False) -> dict:
         cfg = self.config
+        extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
         description = build_config(
             algorithm=type(cfg).__name__.removesuffix("Config"),
@@ -322,6 +349,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             model_config={k: v for k, v in model_config.items() if isinstance(v, (int, float, str, bool, list, type(None)))},
             weights_layout={k: list(v.shape) for k, v in self._module_params().items()},
             server=SERVER_AGENT,
+            **extra,
         )
         if self.settings.unsafe_pickle_config:
             import pickle

@@ -154,6 +154,8 @@ class RLinkServer:
             served episodes are cut into the inbox every that many steps).
         served: how to compute actions; ``None`` (or the setting
             ``served_actions`` off): ``served_actions`` is never agreed.
+        policy_graph: the runner exported its module: agree to
+            ``policy_graph``, and ``config_message(True)`` puts the graph in.
 
     Raises:
         OSError: the port can't be bound, or a TLS or secret file can't be read.
@@ -169,11 +171,12 @@ class RLinkServer:
         *,
         port: int,
         ingest: Ingest,
-        config_message: Callable[[], dict],
+        config_message: Callable[[bool], dict],
         update_steps: int,
         on_policy: bool,
         fragment_steps: Optional[int] = None,
         served: Optional[ServedPolicy] = None,
+        policy_graph: bool = False,
     ) -> None:
         self.settings = settings
         self.stats = ServerStats()
@@ -182,7 +185,8 @@ class RLinkServer:
         self.update_steps = update_steps
         self._ingest = ingest
         self._config_message = config_message
-        self._config_frame: bytes | None = None
+        #: SET_CONFIG frames by whether they carry the policy graph, each encoded once.
+        self._config_frames: dict[bool, bytes] = {}
         #: Who gets weights when (loop thread only, but for replace_weights before start).
         self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy,
                                                        fragment_steps=fragment_steps)
@@ -196,6 +200,8 @@ class RLinkServer:
         self.auth_secret: Optional[bytes] = settings.auth_secret()
         #: What a session agrees to at most (``auth`` comes with the secret).
         self.extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
+        if policy_graph:
+            self.extensions |= {Extension.POLICY_GRAPH.value}
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
         self._ssl = server_ssl_context(settings)
@@ -401,10 +407,10 @@ class RLinkServer:
         self._release(self.scheduler.client_left(session))
         self._cut_served_if_due()
 
-    def config_frame(self) -> bytes:
-        if self._config_frame is None:
-            self._config_frame = encode_message(self._config_message())
-        return self._config_frame
+    def config_frame(self, with_graph: bool = False) -> bytes:
+        if with_graph not in self._config_frames:
+            self._config_frames[with_graph] = encode_message(self._config_message(with_graph))
+        return self._config_frames[with_graph]
 
     def state_requested(self, session: Session) -> None:
         self._send_weights(session, self.scheduler.state_requested(session))

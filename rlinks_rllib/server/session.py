@@ -93,8 +93,8 @@ class SessionHost(Protocol):
     def session_closed(self, session: "Session") -> None:
         """``session`` is gone (called once, also for a refused one); forget its promises."""
 
-    def config_frame(self) -> bytes:
-        """The ``SET_CONFIG`` frame, encoded once for every client."""
+    def config_frame(self, with_graph: bool = False) -> bytes:
+        """The ``SET_CONFIG`` frame, encoded once for every client (and once more with the policy graph)."""
 
     def state_requested(self, session: "Session") -> None:
         """``GET_STATE``: answer with :meth:`Session.send_weights`.
@@ -295,7 +295,7 @@ class Session(asyncio.BufferedProtocol):
                 elif kind is StateRequested:
                     self.host.state_requested(self)
                 elif kind is ConfigRequested:
-                    conn.send_config(self.host.config_frame())
+                    conn.send_config(self.host.config_frame(self.speaks(Extension.POLICY_GRAPH)))
                 elif kind is HandshakeDone:
                     self._handshake_done(event)
                 # ConnectionClosed: connection_lost follows.

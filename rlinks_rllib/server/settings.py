@@ -20,12 +20,12 @@ from typing import Any, Mapping, Optional
 from ..protocol.auth import SECRET_ENV, load_secret
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 
-__all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "AUTH_MODES", "is_loopback"]
+__all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "SWITCH_MODES", "is_loopback"]
 
 LOOPBACK = "127.0.0.1"
 
-#: Values of the ``auth`` setting.
-AUTH_MODES = ("auto", "on", "off")
+#: Values of the ``auth`` and ``policy_graph`` settings.
+SWITCH_MODES = ("auto", "on", "off")
 
 
 def is_loopback(host: str) -> bool:
@@ -101,6 +101,12 @@ class RLinkSettings:
         served_max_envs: envs with an open served episode one runner holds, over
             all its clients; an ``ACT`` that would open more is refused with
             ``limit_exceeded`` (and one with more than twice as many rows).
+        policy_graph: export the module as an ONNX policy graph once, when the
+            runner starts, and send it to clients that ask (``policy_graph``,
+            PROTOCOL.md 10.6). ``auto``: only for a module a client can't run
+            in numpy (an observation that is not a vector, an LSTM, a custom
+            module), and an export that fails is logged, not fatal; ``on``:
+            always, and a failed export stops the runner; ``off``: never.
     """
 
     host: str = LOOPBACK
@@ -129,6 +135,7 @@ class RLinkSettings:
     served_max_wait_us: int = 500
     served_report_timeout_s: float = 60.0
     served_max_envs: int = 4096
+    policy_graph: str = "auto"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -152,8 +159,9 @@ class RLinkSettings:
                 raise ValueError(f"rlinks setting {name!r} must be positive")
         if self.served_max_wait_us < 0:
             raise ValueError("rlinks setting 'served_max_wait_us' must not be negative")
-        if self.auth not in AUTH_MODES:
-            raise ValueError(f"rlinks setting 'auth' must be one of {AUTH_MODES}, got {self.auth!r}")
+        for name in ("auth", "policy_graph"):
+            if getattr(self, name) not in SWITCH_MODES:
+                raise ValueError(f"rlinks setting {name!r} must be one of {SWITCH_MODES}, got {getattr(self, name)!r}")
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
             raise ValueError("rlinks settings 'tls_key_file' and 'tls_client_ca_file' need 'tls_cert_file'")
 

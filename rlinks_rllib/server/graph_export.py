@@ -36,7 +36,7 @@ from ..protocol.errors import RLinksError
 from ..protocol.policy_graph import METADATA_KEY, OUTPUT, make_interface, observation_input_names, state_names
 from ..protocol.spaces import describe_space, leaves
 
-__all__ = ["export_policy_graph", "ExportError"]
+__all__ = ["export_policy_graph", "needs_policy_graph", "ExportError"]
 
 
 class ExportError(RLinksError):
@@ -98,6 +98,20 @@ def _example_leaves(observation_space: Any, batch: int) -> list[torch.Tensor]:
     return out
 
 
+def needs_policy_graph(module: Any, model_config: Any) -> bool:
+    """Whether a client can't run *module* in numpy and needs its graph (``policy_graph="auto"``).
+
+    NumpyPolicy runs RLlib's own default modules on a vector observation
+    without memory; anything else (an image or nested observation, an LSTM
+    or attention, a module class from outside RLlib) needs the graph.
+    """
+    space = module.observation_space
+    vector = type(space).__name__ == "Box" and len(space.shape) == 1
+    get = model_config.get if isinstance(model_config, dict) else lambda key: getattr(model_config, key, None)
+    memory = bool(get("use_lstm") or get("use_attention"))
+    return not vector or memory or not type(module).__module__.startswith("ray.rllib.")
+
+
 def export_policy_graph(module: Any) -> bytes:
     """Export *module*'s ``forward_inference`` as ONNX bytes with its weights as inputs.
 
@@ -106,8 +120,11 @@ def export_policy_graph(module: Any) -> bytes:
             would bake in a parameter the inference pass reads (so a weight
             update would not reach it).
     """
-    import onnx
-    from onnx import helper
+    try:
+        import onnx
+        from onnx import helper
+    except ImportError as exc:
+        raise ExportError("exporting a policy graph needs onnx and onnxscript (pip install 'rlinks-rllib[rllib]')") from exc
 
     module.eval()
     space = module.observation_space
@@ -117,7 +134,7 @@ def export_policy_graph(module: Any) -> bytes:
     if not all(isinstance(v, torch.Tensor) for v in initial.values()):
         raise ExportError("a recurrent module's initial state must be a flat map of tensors")
     state_keys = list(initial)
-    wrapper = _InferencePass(module, space_desc, state_keys)
+    wrapper = _InferencePass(module, space_desc, state_keys).eval()
     example_obs = _example_leaves(space, 2)
     example_state = [value.unsqueeze(0).expand(2, *value.shape).contiguous() for value in initial.values()]
     state_in, state_out = state_names("state_in", initial), state_names("state_out", initial)
