@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> dict:
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     steps = episodes = 0
+    policy = None
     returns: collections.deque[float] = collections.deque(maxlen=50)
     client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
                          extensions=[*DEFAULT_EXTENSIONS, "policy_graph"])
@@ -130,7 +131,8 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         client.close()
     mean = float(np.mean(returns)) if returns else float("nan")
-    return {"steps": steps, "episodes": episodes, "mean_return_last_50": round(mean, 3)}
+    return {"steps": steps, "episodes": episodes, "mean_return_last_50": round(mean, 3),
+            "policy": type(policy).__name__}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -323,3 +323,51 @@ def test_policy_for_picks_numpy_for_the_default_mlp_and_the_graph_otherwise(dict
     with pytest.raises(UnsupportedModelError, match="'policy_graph' extension"):
         policy_for(dict_config, dict_params)
     assert isinstance(policy_for({**dict_config, "policy_graph": graph}, dict_params), OnnxPolicy)
+
+
+def test_recurrent_chunks_give_rllibs_learner_the_state_to_start_from():
+    """A client carries the LSTM state and records it; a cut chunk's lookback holds the state RLlib resumes from."""
+    from ray.rllib.connectors.common.add_states_from_episodes_to_batch import AddStatesFromEpisodesToBatch
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.protocol.episodes import check_episode_state
+
+    observation_space, action_space, model = CASES["lstm"]
+    config = PPOConfig().environment(observation_space=observation_space, action_space=action_space).rl_module(
+        model_config=DefaultModelConfig(**{**model, "max_seq_len": 2}))
+    module = config.get_rl_module_spec().build()
+    params = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    policy = OnnxPolicy(export_policy_graph(config.get_rl_module_spec(inference_only=True).build()),
+                        params, describe_space(action_space), rng=np.random.default_rng(0))
+    builder = EpisodeBuilder()
+    observation_space.seed(0)
+    obs = observation_space.sample()
+    builder.reset(obs)
+    state = {k: v[0] for k, v in policy.initial_state().items()}
+    outs = []
+    for t in range(7):
+        out = policy.compute_action(obs, state=state)
+        obs = observation_space.sample()
+        builder.step(out.action, 0.0, obs, extra={"action_logp": out.action_logp,
+                                                  "action_dist_inputs": out.action_dist_inputs,
+                                                  "state_out": out.state_out})
+        outs.append(out.state_out)
+        state = out.state_out
+        if t == 2:
+            first = builder.take_chunks()  # cut after 3 steps
+    second = builder.take_chunks()
+    episodes = [SingleAgentEpisode.from_state(check_episode_state(chunk)) for chunk in first + second]
+    assert episodes[1].t_started == 3
+    batch = AddStatesFromEpisodesToBatch(as_learner_connector=True)(rl_module=module, batch={}, episodes=episodes)
+    state_in = batch[Columns.STATE_IN]
+    # One state per max_seq_len=2 steps, per chunk: chunk 1 starts from the initial state and resumes at
+    # step 2; chunk 2 (steps 3..6) starts from step 2's state_out (its lookback) and resumes at step 4.
+    [per_chunk] = state_in.values()  # one episode id: its chunks' rows in order
+    h = np.concatenate([np.asarray(rows["h"]) for rows in per_chunk])
+    assert h.shape == (4, *module.get_initial_state()["h"].shape)
+    np.testing.assert_allclose(h[0], module.get_initial_state()["h"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(h[1], outs[1]["h"], atol=1e-6)
+    np.testing.assert_allclose(h[2], outs[2]["h"], atol=1e-6)
+    np.testing.assert_allclose(h[3], outs[4]["h"], atol=1e-6)

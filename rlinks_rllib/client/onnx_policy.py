@@ -95,10 +95,10 @@ class OnnxPolicy(Policy):
         return bool(self._interface["state_inputs"])
 
     def initial_state(self, batch: int = 1) -> dict[str, np.ndarray]:
-        """The state a recurrent module starts an episode with, for *batch* agents."""
+        """The state a recurrent module starts an episode with, for *batch* agents, by state key."""
         return {
-            name: np.repeat(np.asarray(value, np.float32)[None], batch, axis=0)
-            for name, value in self._interface["initial_state"].items()
+            key: np.repeat(np.asarray(value, np.float32)[None], batch, axis=0)
+            for key, value in self._interface["initial_state"].items()
         }
 
     def _observation_shape(self) -> tuple[int, ...] | None:
@@ -148,17 +148,16 @@ class OnnxPolicy(Policy):
         feeds, batch = self._observation_feeds(obs)
         if self.stateful:
             state = state if state is not None else self.initial_state(batch)
-            for name in self._interface["state_inputs"]:
-                if name not in state:
-                    raise ValueError(f"the state lacks {name!r}")
-                feeds[name] = np.ascontiguousarray(state[name], dtype=np.float32)
+            for key, name in zip(self._interface["state_keys"], self._interface["state_inputs"]):
+                if key not in state:
+                    raise ValueError(f"the state lacks {key!r}")
+                feeds[name] = np.ascontiguousarray(state[key], dtype=np.float32)
         feeds.update(self._params)
         outputs = self._session.run(None, feeds)
         logits = outputs[0]
         if not self.stateful:
             return logits, None
-        inputs = self._interface["state_inputs"]
-        return logits, dict(zip(inputs, outputs[1:]))
+        return logits, dict(zip(self._interface["state_keys"], outputs[1:]))
 
     def action_dist_inputs(self, obs: Any, state: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """The module's ``action_dist_inputs`` for a batch (a recurrent one from *state*).
@@ -182,7 +181,9 @@ class OnnxPolicy(Policy):
         for a ``Box``, a dict (or list) of arrays with a leading batch axis
         for a ``Dict`` (or ``Tuple``). A recurrent policy takes *state* (by
         default :meth:`initial_state`) and returns the next one in
-        ``state_out``, keyed by the same names.
+        ``state_out``, keyed by the module's state keys: what the next step
+        takes, and what the episode records per step as ``state_out`` for
+        RLlib's learner.
 
         Raises:
             ValueError: the observations don't fit the space (the message

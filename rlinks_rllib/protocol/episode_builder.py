@@ -44,7 +44,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from .episodes import REWARD_DTYPE, build_episode_state
+from .episodes import REWARD_DTYPE, STATE_OUT, build_episode_state
 
 __all__ = ["EpisodeBuilder", "VectorEpisodeBuilder"]
 
@@ -87,6 +87,10 @@ class _Column:
 
     def take(self) -> np.ndarray:
         return self._array[: self._size].copy()
+
+    def take_last(self) -> np.ndarray:
+        """The last entry, with a step axis of 1."""
+        return self._array[self._size - 1 : self._size].copy()
 
     def keep_last(self) -> None:
         self._array[0] = self._array[self._size - 1]
@@ -146,6 +150,13 @@ class _Nest:
         if self._column is not None:
             return self._column.take()
         taken = [child.take() for child in self._children]
+        return dict(zip(self._keys, taken)) if self._keys is not None else taken
+
+    def last(self) -> Any:
+        """The last entry alone, stacked (a step axis of 1)."""
+        if self._column is not None:
+            return self._column.take_last()
+        taken = [child.last() for child in self._children]
         return dict(zip(self._keys, taken)) if self._keys is not None else taken
 
     def keep_last(self) -> None:
@@ -215,6 +226,8 @@ class EpisodeBuilder:
         self._actions: Optional[_Nest] = None
         self._rewards: Optional[_Column] = None
         self._extra: Optional[dict] = None
+        #: A continuing chunk's recurrent state from the step before it (``state_out``'s lookback).
+        self._extra_lookback: dict = {}
         self._infos: list = []
 
     @property
@@ -246,6 +259,7 @@ class EpisodeBuilder:
         self._actions = None
         self._rewards = None
         self._extra = None
+        self._extra_lookback = {}
         self._infos = [info]
         self._id = uuid.uuid4().hex if episode_id is None else episode_id
         self._steps = 0
@@ -336,6 +350,7 @@ class EpisodeBuilder:
             self._rewards.take(),
             infos=self._infos,
             extra_model_outputs={k: n.take() for k, n in self._extra.items()} or None,
+            extra_lookback=self._extra_lookback or None,
             terminated=terminated,
             truncated=truncated,
             t_started=self._t_started,
@@ -347,6 +362,7 @@ class EpisodeBuilder:
 
     def _finish(self, terminated: bool, truncated: bool) -> None:
         self._emit(terminated, truncated)
+        self._extra_lookback = {}
         self._running = False
         self._steps = 0
         self._infos = []
@@ -356,6 +372,9 @@ class EpisodeBuilder:
         self._obs.keep_last()
         self._actions.clear()
         self._rewards.clear()
+        # RLlib's learner starts a continuing chunk's recurrent state from the
+        # state_out of the step before it, which the chunk carries as lookback.
+        self._extra_lookback = {STATE_OUT: self._extra[STATE_OUT].last()} if STATE_OUT in self._extra else {}
         for nest in self._extra.values():
             nest.clear()
         self._infos = [self._infos[-1]]

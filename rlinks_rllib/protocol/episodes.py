@@ -104,6 +104,7 @@ from .errors import InvalidMessage
 __all__ = [
     "ACTION_DIST_INPUTS",
     "ACTION_LOGP",
+    "STATE_OUT",
     "ACTIONS",
     "ACTION_SPACE",
     "AGENT_ID",
@@ -195,6 +196,10 @@ BUFFER_KEYS = frozenset({BUFFER_DATA, BUFFER_LOOKBACK, BUFFER_FINALIZED, BUFFER_
 # Extra model outputs RLlib's learners read (ray.rllib.core.columns.Columns).
 ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
+#: A recurrent module's state after each step (RLlib's ``Columns.STATE_OUT``):
+#: a map of arrays per step. A chunk that continues an episode carries the
+#: previous step's in its lookback, which RLlib's learner starts from.
+STATE_OUT = "state_out"
 
 #: dtype of rewards after checking; RLlib's own rewards space is float32.
 REWARD_DTYPE = np.dtype(np.float32)
@@ -240,6 +245,7 @@ def build_episode_state(
     *,
     infos: Optional[Sequence[Optional[Mapping]]] = None,
     extra_model_outputs: Optional[Mapping[str, Any]] = None,
+    extra_lookback: Optional[Mapping[str, Any]] = None,
     terminated: bool = False,
     truncated: bool = False,
     t_started: int = 0,
@@ -263,6 +269,9 @@ def build_episode_state(
             empty when omitted.
         extra_model_outputs: name -> ``T`` stacked outputs, such as
             :data:`ACTION_LOGP` and :data:`ACTION_DIST_INPUTS`.
+        extra_lookback: name -> entries from before this chunk, stacked the
+            same way, that the buffer holds as its lookback (a continuing
+            chunk's last :data:`STATE_OUT` of the previous chunk).
         terminated, truncated: Whether the chunk ends its episode.
         t_started: Env steps of this episode before this chunk.
         start_time, last_step_time: Seconds on the client's monotonic clock,
@@ -293,10 +302,19 @@ def build_episode_state(
     extras = None
     if extra_model_outputs:
         extras = {}
+        lookbacks = extra_lookback or {}
+        unknown = sorted(set(lookbacks) - set(extra_model_outputs))
+        if unknown:
+            raise EpisodeError(f"{EXTRA_MODEL_OUTPUTS}: lookback for {unknown[0]!r}, which is not an output")
         for name, value in extra_model_outputs.items():
             path = f"{EXTRA_MODEL_OUTPUTS}.{name}"
             _expect_len(_stacked_len(value, path), steps, path)
-            extras[name] = _buffer(value, finalized=True)
+            if name in lookbacks:
+                before = lookbacks[name]
+                lookback = _stacked_len(before, f"{path} lookback")
+                extras[name] = _buffer(_concat_stacked(before, value), finalized=True, lookback=lookback)
+            else:
+                extras[name] = _buffer(value, finalized=True)
     if infos is None:
         info_list = [{} for _ in range(steps + 1)]
     else:
@@ -609,10 +627,10 @@ def _extra_buffers(extras: Any, max_lookback: int) -> dict:
     return out
 
 
-def _buffer(data: Any, *, finalized: bool) -> dict:
+def _buffer(data: Any, *, finalized: bool, lookback: int = 0) -> dict:
     return {
         BUFFER_DATA: data,
-        BUFFER_LOOKBACK: 0,
+        BUFFER_LOOKBACK: lookback,
         BUFFER_FINALIZED: finalized,
         BUFFER_SPACE: None,
     }
@@ -620,6 +638,15 @@ def _buffer(data: Any, *, finalized: bool) -> dict:
 
 # --------------------------------------------------------------------------
 # Data: stacked nests and per-step lists
+
+
+def _concat_stacked(before: Any, after: Any) -> Any:
+    """Two stacked nests of the same shape joined along the step axis."""
+    if isinstance(after, Mapping):
+        return {key: _concat_stacked(before[key], value) for key, value in after.items()}
+    if isinstance(after, (list, tuple)):
+        return [_concat_stacked(b, a) for b, a in zip(before, after)]
+    return np.concatenate([before, after])
 
 
 def _stacked_len(data: Any, path: str, depth: int = 0) -> int:

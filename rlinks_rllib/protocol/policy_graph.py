@@ -9,16 +9,19 @@ carries them in its metadata entry :data:`METADATA_KEY` as JSON::
     {"version": 1,
      "observation_space": <space, JSON>,        # spaces.py, arrays as lists
      "observation_inputs": ["obs['camera']", "obs['joints']"],
-     "state_inputs": ["state_in['h']", "state_in['c']"],   # [] if stateless
+     "state_keys": ["h", "c"],                              # [] if stateless
+     "state_inputs": ["state_in['h']", "state_in['c']"],
      "state_outputs": ["state_out['h']", "state_out['c']"],
-     "initial_state": {"state_in['h']": [0.0, ...], ...},
+     "initial_state": {"h": [0.0, ...], "c": [...]},
      "parameters": ["encoder.encoder.net.mlp.0.weight", ...],
      "output": "action_dist_inputs"}
 
 Observation inputs follow :func:`~.spaces.leaves` (``obs`` alone for a plain
 space), each with a leading batch axis in the leaf's dtype (a ``Discrete`` as
 int64). Parameters are named as in RLlib's state dict, so a ``SET_STATE``
-feeds them unchanged.
+feeds them unchanged. A recurrent module's state keys are its own (``h``,
+``c`` for RLlib's LSTM): the keys of the ``state_out`` a client records per
+step for the learner.
 """
 
 from __future__ import annotations
@@ -68,12 +71,10 @@ def make_interface(space_desc: dict, initial_state: dict, parameters: list[str])
             "version": VERSION,
             "observation_space": _to_json(space_desc),
             "observation_inputs": observation_input_names(space_desc),
+            "state_keys": list(initial_state),
             "state_inputs": state_names("state_in", initial_state),
             "state_outputs": state_names("state_out", initial_state),
-            "initial_state": {
-                name: np.asarray(value).tolist()
-                for name, value in zip(state_names("state_in", initial_state), initial_state.values())
-            },
+            "initial_state": {key: np.asarray(value).tolist() for key, value in initial_state.items()},
             "parameters": list(parameters),
             "output": OUTPUT,
         }
@@ -99,6 +100,7 @@ def read_interface(text: str, input_names: Iterable[str]) -> dict:
     try:
         space = check_space(_from_json(interface["observation_space"]))
         names = [interface[key] for key in ("observation_inputs", "state_inputs", "state_outputs", "parameters")]
+        keys = interface["state_keys"]
         initial = interface["initial_state"]
     except (KeyError, TypeError, ValueError) as exc:
         raise GraphInterfaceError(f"the graph's interface is malformed: {exc}") from exc
@@ -106,8 +108,10 @@ def read_interface(text: str, input_names: Iterable[str]) -> dict:
         raise GraphInterfaceError("the graph's observation inputs don't follow its observation space")
     if not all(isinstance(group, list) and all(isinstance(n, str) for n in group) for group in names):
         raise GraphInterfaceError("the graph's interface names must be lists of strings")
-    if not isinstance(initial, dict) or sorted(initial) != sorted(interface["state_inputs"]):
-        raise GraphInterfaceError("the graph's initial state doesn't name its state inputs")
+    if not isinstance(keys, list) or names[1] != state_names("state_in", keys) or names[2] != state_names("state_out", keys):
+        raise GraphInterfaceError("the graph's state inputs and outputs don't follow its state keys")
+    if not isinstance(initial, dict) or sorted(initial) != sorted(keys):
+        raise GraphInterfaceError("the graph's initial state doesn't give every state key")
     present = set(input_names)
     missing = [n for n in names[0] + names[1] + names[3] if n not in present]
     if missing:
