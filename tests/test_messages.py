@@ -277,7 +277,7 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "policy_graph"}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,15 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP, EpisodeError, check_episode_state
+from ..protocol.episodes import (
+    ACTION_DIST_INPUTS,
+    ACTION_LOGP,
+    BUFFER_DATA,
+    OBSERVATIONS,
+    EpisodeError,
+    check_episode_state,
+)
+from ..protocol.spaces import SpaceMismatch, check_column, check_value, describe_space
 from .errors import IngestError
 from .settings import RLinkSettings
 
@@ -37,6 +45,44 @@ def _space_rules(observation_space: gym.Space, action_space: gym.Space) -> dict:
     return rules
 
 
+def _is_nested(space: gym.Space) -> bool:
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def _check_nested_observations(desc: dict, data: Any) -> Any:
+    """Hold a chunk's Dict/Tuple observations against the space; return them in the space's dtypes.
+
+    The stacked form (one array per leaf) is checked a leaf at a time, RLlib's
+    per-step list form a step at a time.
+
+    Raises:
+        EpisodeError: a missing or extra key, a leaf of another shape or a
+            dtype that does not cast, a NaN, a value out of range; the
+            message names the key path.
+    """
+    try:
+        if isinstance(data, list):
+            return [check_value(desc, value, what=f"{OBSERVATIONS}[{t}]") for t, value in enumerate(data)]
+        first = next(_arrays_of(data), None)
+        if first is None or first.ndim == 0:
+            raise EpisodeError(f"{OBSERVATIONS}: expected one array per leaf of the observation space")
+        return check_column(desc, data, len(first), what=OBSERVATIONS)
+    except SpaceMismatch as exc:
+        raise EpisodeError(str(exc)) from exc
+
+
+def _arrays_of(data: Any) -> Any:
+    """The arrays of a stacked nest, depth first."""
+    if isinstance(data, dict):
+        for value in data.values():
+            yield from _arrays_of(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            yield from _arrays_of(value)
+    else:
+        yield np.asarray(data)
+
+
 class EpisodeIngest:
     """Checks and converts the episodes of one message.
 
@@ -56,6 +102,8 @@ class EpisodeIngest:
         required_extra: tuple[str, ...] = (ACTION_LOGP, ACTION_DIST_INPUTS),
     ) -> None:
         self._rules = _space_rules(observation_space, action_space)
+        #: A Dict/Tuple observation is held against its space leaf by leaf (the rules cover plain spaces).
+        self._nested = describe_space(observation_space) if _is_nested(observation_space) else None
         self._max_steps = settings.max_steps_per_chunk
         self._required_extra = required_extra
 
@@ -77,6 +125,9 @@ class EpisodeIngest:
                     required_extra=self._required_extra,
                     **self._rules,
                 )
+                if self._nested is not None:
+                    buffer = clean[OBSERVATIONS]
+                    buffer[BUFFER_DATA] = _check_nested_observations(self._nested, buffer[BUFFER_DATA])
             except EpisodeError as exc:
                 raise IngestError(f"episodes[{i}]: {exc}") from exc
             if clean["t"] == clean["t_started"]:
