@@ -1087,6 +1087,8 @@ VALID_VECTORS = [
     ("valid_episodes_stacked", None, "server READY", _episodes(False)),
     ("valid_set_config_msgpack", None, "client READY owing SET_CONFIG",
      lambda m: [("ConfigReceived", {"description": m[0]["config"], "pickled": None})]),
+    ("valid_set_config_nested_spaces", None, "client READY owing SET_CONFIG",
+     lambda m: [("ConfigReceived", {"description": m[0]["config"], "pickled": None})]),
     ("valid_set_config_pickle", None, "client READY owing SET_CONFIG",
      lambda m: [("ConfigReceived", {"description": None, "pickled": m[0]["config"]})]),
     ("valid_set_config_pickle", None, "client READY", lambda m: [UNEXPECTED]),
