@@ -32,4 +32,4 @@ def test_pixel_clients_train_ppo_through_the_cli(tmp_path):
     assert run.client_out.count("policy=OnnxPolicy") == 2, run.client_out
     rows = list(csv.DictReader(open(run.output / "progress.csv")))
     assert float(rows[-1]["policy_lag_max"]) == 0, rows[-1]
-    print(f"\\npixel clients trained PPO to {run.reached:.2f} in {run.seconds:.0f} s, {len(rows)} iterations")
+    print(f"\npixel clients trained PPO to {run.reached:.2f} in {run.seconds:.0f} s, {len(rows)} iterations")
