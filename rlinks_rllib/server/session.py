@@ -63,7 +63,8 @@ __all__ = ["Session", "SessionHost"]
 
 logger = logging.getLogger("rlinks_rllib.server")
 
-_READ_CHUNK = 256 * 1024
+#: Size of the read buffer a server shares among its sessions (:attr:`SessionHost.read_buffer`).
+READ_BUFFER_BYTES = 256 * 1024
 _HANDSHAKE_READ_CHUNK = 4096
 #: Output parts smaller than this are joined into one write (headers, small
 #: messages); larger ones (the shared weights) are written as they are.
@@ -83,6 +84,9 @@ class SessionHost(Protocol):
     extensions: frozenset[str]
     #: The shared secret a client must prove it knows; ``None``: no authentication.
     auth_secret: Optional[bytes]
+    #: Where every session reads small frames and headers (``READ_BUFFER_BYTES``):
+    #: one buffer for all, since each read is consumed before the loop reads again.
+    read_buffer: memoryview
 
     def session_opened(self, session: "Session") -> bool:
         """A connection was made; ``False``: too many clients, the session refuses it (and is counted)."""
@@ -133,7 +137,7 @@ class Session(asyncio.BufferedProtocol):
         self.host = host
         settings = host.settings
         self.conn = Connection(Role.SERVER, extensions=host.extensions, agent=SERVER_AGENT,
-                               secret=host.auth_secret, max_frame_bytes=settings.max_frame_bytes)
+                               secret=host.auth_secret, max_frame_bytes=settings.max_frame_bytes, columns=True)
         self.peer = "?"
         self.client_id = f"conn-{number}"
         #: Weights version the client holds: what its next batch is sampled with.
@@ -143,7 +147,9 @@ class Session(asyncio.BufferedProtocol):
         self.frame_started_at: Optional[float] = None
         self.reading_paused = False
         self._transport: Optional[asyncio.Transport] = None
-        self._chunk = bytearray(_HANDSHAKE_READ_CHUNK)
+        #: Where the next read lands, unless a large body is under way: a small part of the
+        #: shared buffer until the handshake is done, so a stranger costs the runner little.
+        self._chunk = host.read_buffer[:_HANDSHAKE_READ_CHUNK]
         self._gave_body_buffer = False
         #: Frames of the Connection's counts already added to the server's stats.
         self._frames_in = self._frames_out = 0
@@ -249,7 +255,7 @@ class Session(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         body = self.conn.read_buffer()
         self._gave_body_buffer = body is not None
-        return body if body is not None else memoryview(self._chunk)
+        return body if body is not None else self._chunk
 
     def buffer_updated(self, nbytes: int) -> None:
         now = self.last_activity = time.monotonic()
@@ -262,7 +268,8 @@ class Session(asyncio.BufferedProtocol):
                 self.frame_started_at = self.frame_started_at or now
                 return
         else:
-            conn.receive_data(memoryview(self._chunk)[:nbytes])
+            # The decoder copies what it keeps: the shared buffer is free again on return.
+            conn.receive_data(self._chunk[:nbytes])
         self.frame_started_at = (self.frame_started_at or now) if conn.in_frame else None
         self._handle_events()
 
@@ -319,7 +326,7 @@ class Session(asyncio.BufferedProtocol):
     def _handshake_done(self, event: HandshakeDone) -> None:
         if event.client_id is not None:
             self.client_id = event.client_id
-        self._chunk = bytearray(_READ_CHUNK)
+        self._chunk = self.host.read_buffer
         self.host.session_ready(self)
         logger.info(
             "client %s connected from %s (%s; extensions: %s)", self.client_id, self.peer,
