@@ -63,6 +63,9 @@ _BUFFERS = frozenset({OBSERVATIONS, ACTIONS, REWARDS})
 #: msgpack's C unpacker refuses nesting deeper than this (its stack size).
 _MSGPACK_MAX_DEPTH = 1024
 _CONTAINERS = (dict, list)
+#: Header bytes by (is an array, dtype string, shape); bounded, as few kinds travel.
+_TEMPLATES: dict[tuple, bytes | None] = {}
+_MAX_TEMPLATES = 256
 
 
 class _NotColumns(Exception):
@@ -200,12 +203,12 @@ class _Reader:
         stride = unpacker.tell() - start
         if type(first) is np.ndarray or isinstance(first, np.generic):
             template = _encoded(first)
-            data_len = first.nbytes
-            head = stride - data_len
-            if (template is not None and data_len and len(template) == head
-                    and body[start:start + head] == template and start + count * stride <= len(body)):
+            head = stride - first.nbytes
+            if (template is not None and first.nbytes and len(template) == head
+                    and start + count * stride <= len(body)):
                 rows = np.frombuffer(body, np.uint8, count * stride, start).reshape(count, stride)
-                if (rows[:, :head] == np.frombuffer(template, np.uint8)).all():
+                # Every step's header, byte for byte the first's: one copy and one memcmp.
+                if rows[:, :head].tobytes() == template * count:
                     skipped = unpacker.read_bytes((count - 1) * stride)
                     if len(skipped) != (count - 1) * stride:
                         raise _NotColumns
@@ -226,6 +229,16 @@ def _hooked(obj: dict) -> Any:
 
 def _encoded(value: Any) -> bytes | None:
     """msgpack-numpy's bytes for ``value`` up to where its data begins; ``None`` for other dtypes."""
+    key = (type(value) is np.ndarray, value.dtype.str, value.shape)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        template = _template(value)
+        if len(_TEMPLATES) < _MAX_TEMPLATES:
+            _TEMPLATES[key] = template
+    return template
+
+
+def _template(value: Any) -> bytes | None:
     try:
         head = array_map(value, b"")
     except ProtocolError:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import numpy as np
+
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     EPISODE_AGENT_RETURN_MEAN,
@@ -53,7 +55,7 @@ class EpisodeTotals:
         """Account a chunk; return (length, return, duration) once the episode is done."""
         totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0]
         totals[0] += len(episode)
-        totals[1] += float(episode.get_return())
+        totals[1] += float(np.sum(episode.get_rewards()))  # get_return() sums in Python
         totals[2] += float(episode.get_duration_s() or 0.0)
         if episode.is_done:
             return int(totals[0]), totals[1], totals[2]
