@@ -70,3 +70,10 @@ def test_bench_served_quick():
     for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
                   "ratio RLlib-quoted one-at-a-time / ours unbatched"):
         assert ratio in out, out
+
+
+def test_bench_fleet_quick():
+    # 200 connections for 3 s beside one in-process runner: about 15 s on 2 cores.
+    out = run_quick("bench_fleet.py")
+    for line in ("steps handed over:", "runner memory per connection:", "sample() p99:"):
+        assert line in out, out
