@@ -77,3 +77,10 @@ def test_bench_fleet_quick():
     out = run_quick("bench_fleet.py")
     for line in ("steps handed over:", "runner memory per connection:", "sample() p99:"):
         assert line in out, out
+
+
+def test_bench_weights_quick():
+    # 1 and 8 clients, the default set and a 5 MB one, beside a raw loopback socket: about 10 s.
+    out = run_quick("bench_weights.py")
+    for line in ("default set, time 8 clients / 1 client", "clients' MB/s / raw loopback MB/s"):
+        assert line in out, out

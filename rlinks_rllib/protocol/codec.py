@@ -41,21 +41,25 @@ def _flat_bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
+def _default(obj: Any) -> Any:
+    """msgpack's ``default`` hook: numpy values in msgpack-numpy's map form; a large array goes to the walker."""
+    if isinstance(obj, np.ndarray):
+        if obj.nbytes >= ZERO_COPY_MIN_BYTES:
+            raise _LargeArray
+        return array_map(obj, obj.tobytes())
+    if isinstance(obj, np.generic):
+        return array_map(obj, obj.tobytes())
+    raise TypeError(f"cannot put a {type(obj).__name__} on the wire")
+
+
 class _BodyWriter:
     """Packs one body into a list of buffers, keeping large arrays out of msgpack's buffer."""
 
     def __init__(self) -> None:
         self.parts: list[Buffer] = []
-        self._packer = _Packer(use_bin_type=True, default=self._default, autoreset=True)
-
-    def _default(self, obj: Any) -> Any:
-        if isinstance(obj, np.ndarray):
-            if obj.nbytes >= ZERO_COPY_MIN_BYTES:
-                raise _LargeArray
-            return array_map(obj, obj.tobytes())
-        if isinstance(obj, np.generic):
-            return array_map(obj, obj.tobytes())
-        raise TypeError(f"cannot put a {type(obj).__name__} on the wire")
+        # A plain function, not a bound method: no cycle through the packer,
+        # so the writer and its packer's buffer go as soon as the body is made.
+        self._packer = _Packer(use_bin_type=True, default=_default, autoreset=True)
 
     def write(self, obj: Any) -> None:
         try:

@@ -58,6 +58,7 @@ from .._version import SERVER_AGENT
 from .errors import IngestError
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
+from .writer import SharedWriter
 
 __all__ = ["Session", "SessionHost"]
 
@@ -66,9 +67,6 @@ logger = logging.getLogger("rlinks_rllib.server")
 #: Size of the read buffer a server shares among its sessions (:attr:`SessionHost.read_buffer`).
 READ_BUFFER_BYTES = 256 * 1024
 _HANDSHAKE_READ_CHUNK = 4096
-#: Output parts smaller than this are joined into one write (headers, small
-#: messages); larger ones (the shared weights) are written as they are.
-_COALESCE_BYTES = 16 * 1024
 
 
 class SessionHost(Protocol):
@@ -147,6 +145,7 @@ class Session(asyncio.BufferedProtocol):
         self.frame_started_at: Optional[float] = None
         self.reading_paused = False
         self._transport: Optional[asyncio.Transport] = None
+        self._writer: Optional[SharedWriter] = None
         #: Where the next read lands, unless a large body is under way: a small part of the
         #: shared buffer until the handshake is done, so a stranger costs the runner little.
         self._chunk = host.read_buffer[:_HANDSHAKE_READ_CHUNK]
@@ -247,10 +246,19 @@ class Session(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._writer = SharedWriter(transport)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         if not self.host.session_opened(self):
             self.fail(ErrorCode.LIMIT_EXCEEDED, f"this runner already serves {self.host.settings.max_clients} clients")
+
+    def pause_writing(self) -> None:
+        if self._writer is not None:
+            self._writer.pause()
+
+    def resume_writing(self) -> None:
+        if self._writer is not None:
+            self._writer.resume()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         body = self.conn.read_buffer()
@@ -340,30 +348,16 @@ class Session(asyncio.BufferedProtocol):
         parts: list[Buffer] = self.conn.data_to_send()
         if not parts:
             return
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        transport, writer = self._transport, self._writer
+        if transport is None or writer is None or transport.is_closing():
             return
         stats = self.host.stats
-        written = 0
-        small: list[Buffer] = []
-        for part in parts:
-            size = len(part) if isinstance(part, bytes) else part.nbytes
-            written += size
-            if size < _COALESCE_BYTES:
-                small.append(part)
-                continue
-            if small:
-                transport.write(b"".join(small))
-                small = []
-            transport.write(part)
-        if small:
-            transport.write(small[0] if len(small) == 1 else b"".join(small))
-        stats.bytes_out += written
+        stats.bytes_out += writer.write(parts)
         frames = self.conn.frames_sent
         stats.frames_out += frames - self._frames_out
         self._frames_out = frames
         if check_limit:
-            queued = transport.get_write_buffer_size()
+            queued = writer.queued
             if queued > self.host.settings.max_write_buffer_bytes:
                 self.fail(ErrorCode.LIMIT_EXCEEDED, f"client reads too slowly: {queued:,} bytes queued for it")
 
@@ -371,6 +365,8 @@ class Session(asyncio.BufferedProtocol):
         """Close after flushing what was written; the host forgets the session's promises."""
         self._closed = True
         if self._transport is not None:
+            if self._writer is not None:
+                self._writer.flush_for_close()
             self._transport.close()
         self.host.session_closed(self)
 
