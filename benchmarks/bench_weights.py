@@ -34,7 +34,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import LOOPBACK, MB, SOCKET_TIMEOUT_S, now, print_table, read_frame, rllib_frame, stop_processes  # noqa: E402
+from _common import (  # noqa: E402
+    LOOPBACK,
+    MB,
+    SOCKET_TIMEOUT_S,
+    now,
+    print_table,
+    read_frame,
+    recv_exactly,
+    rllib_frame,
+    stop_processes,
+)
 from rlinks_rllib.protocol.limits import HEADER_BYTES  # noqa: E402
 
 BIG_SET_BYTES = 50 * 1000 * 1000
@@ -42,22 +52,14 @@ _PING = rllib_frame({"type": "PING"})
 _GET_STATE = rllib_frame({"type": "GET_STATE"})
 
 
-def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
-    while len(view):
-        n = sock.recv_into(view)
-        if not n:
-            raise ConnectionError("peer closed mid-frame")
-        view = view[n:]
-
-
 def _read_into(sock: socket.socket, buf: bytearray) -> int:
     """Read one frame into ``buf`` (grown when needed); return the body's size."""
     header = bytearray(HEADER_BYTES)
-    _recv_exactly(sock, memoryview(header))
+    recv_exactly(sock, memoryview(header))
     size = int(header)
     if size > len(buf):
         buf.extend(bytes(size - len(buf)))
-    _recv_exactly(sock, memoryview(buf)[:size])
+    recv_exactly(sock, memoryview(buf)[:size])
     return size
 
 
@@ -132,7 +134,7 @@ def _raw_receiver(port, nbytes: int, rounds: int, ready, result) -> None:
     for _ in range(rounds):
         conn.recv_into(memoryview(buf)[:1])  # the sender's start byte
         start = time.monotonic()
-        _recv_exactly(conn, memoryview(buf)[: nbytes])
+        recv_exactly(conn, memoryview(buf)[: nbytes])
         best = min(best, time.monotonic() - start)
         conn.sendall(b"k")
     result.value = best
