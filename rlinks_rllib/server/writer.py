@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 __all__ = ["SharedWriter"]
 
@@ -49,7 +49,9 @@ class SharedWriter:
     def __init__(self, transport: asyncio.WriteTransport) -> None:
         self._transport = transport
         transport.set_write_buffer_limits(high=HIGH_WATER_BYTES, low=LOW_WATER_BYTES)
-        self._waiting: collections.deque[memoryview] = collections.deque()
+        #: Parts not yet handed to the transport; ``None`` while there are none
+        #: (an empty deque still holds a block: ~0.8 KB for each of 10,000 idle sessions).
+        self._waiting: Optional[collections.deque[memoryview]] = None
         self._waiting_bytes = 0
         self._paused = False
 
@@ -90,17 +92,21 @@ class SharedWriter:
         """Hand the transport everything still waiting (it copies), so closing it sends it all first."""
         while self._waiting:
             self._transport.write(self._waiting.popleft())
-        self._waiting_bytes = 0
+        self._waiting, self._waiting_bytes = None, 0
 
     def _add(self, part: Buffer) -> None:
         view = memoryview(part)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
+        if self._waiting is None:
+            self._waiting = collections.deque()
         self._waiting.append(view)
         self._waiting_bytes += view.nbytes
 
     def _pump(self) -> None:
         transport, waiting = self._transport, self._waiting
+        if waiting is None:
+            return
         while waiting and not self._paused and not transport.is_closing():
             part = waiting[0]
             if part.nbytes > SLICE_BYTES:
@@ -110,3 +116,5 @@ class SharedWriter:
                 waiting.popleft()
             self._waiting_bytes -= part.nbytes
             transport.write(part)  # may call pause() before it returns
+        if not waiting:
+            self._waiting = None
