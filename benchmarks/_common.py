@@ -67,6 +67,7 @@ __all__ = [
     "median_ratio",
     "print_table",
     "read_frame",
+    "recv_exactly",
     "rllib_frame",
     "stop_process",
     "stop_processes",
@@ -122,7 +123,12 @@ def rllib_frame(message: dict) -> bytes:
     return str(len(body)).zfill(HEADER_BYTES).encode() + body
 
 
-def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
+def recv_exactly(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` from ``sock``.
+
+    Raises:
+        ConnectionError: EOF first.
+    """
     while len(view):
         n = sock.recv_into(view)
         if not n:
@@ -138,11 +144,11 @@ def read_frame(sock: socket.socket, max_bytes: int = 1 << 27) -> bytearray:
         TimeoutError: the socket's timeout passed.
     """
     header = bytearray(HEADER_BYTES)
-    _recv_exactly(sock, memoryview(header))
+    recv_exactly(sock, memoryview(header))
     if not header.isdigit() or int(header) > max_bytes:
         raise ConnectionError(f"bad frame header {bytes(header)!r}")
     body = bytearray(int(header))
-    _recv_exactly(sock, memoryview(body))
+    recv_exactly(sock, memoryview(body))
     return body
 
 

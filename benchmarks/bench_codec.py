@@ -2,7 +2,8 @@
 
 For each payload the same frame is
 
-* decoded from memory: ``FrameDecoder().feed(frame)`` against what RLlib's
+* decoded from memory: ``FrameDecoder().feed(frame)`` (and, as a runner
+  decodes, ``FrameDecoder(columns=True)``) against what RLlib's
   ``get_rllink_message`` does with a body once read
   (``msgpack.unpackb(body, object_hook=msgpack_numpy.decode, raw=False)``);
 * received over a ``socket.socketpair()`` (a thread sends it with
@@ -204,6 +205,9 @@ def bench_payload(message: dict, reps: int, min_rep_s: float) -> tuple[int, list
 
     rows = [
         Row("decode", median_seconds(lambda: FrameDecoder().feed(frame), reps, min_rep_s),
+            median_seconds(rllib_decode, reps, min_rep_s), len(frame)),
+        # What a runner's sessions use: EPISODES bodies a column at a time (protocol/columns.py).
+        Row("decode, server", median_seconds(lambda: FrameDecoder(columns=True).feed(frame), reps, min_rep_s),
             median_seconds(rllib_decode, reps, min_rep_s), len(frame)),
     ]
     link = Link(frame)

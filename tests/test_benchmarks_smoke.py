@@ -70,3 +70,17 @@ def test_bench_served_quick():
     for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
                   "ratio RLlib-quoted one-at-a-time / ours unbatched"):
         assert ratio in out, out
+
+
+def test_bench_fleet_quick():
+    # 200 connections for 3 s beside one in-process runner: about 15 s on 2 cores.
+    out = run_quick("bench_fleet.py")
+    for line in ("steps handed over:", "runner memory per connection:", "sample() p99:"):
+        assert line in out, out
+
+
+def test_bench_weights_quick():
+    # 1 and 8 clients, the default set and a 5 MB one, beside a raw loopback socket: about 10 s.
+    out = run_quick("bench_weights.py")
+    for line in ("default set, time 8 clients / 1 client", "clients' MB/s / raw loopback MB/s"):
+        assert line in out, out

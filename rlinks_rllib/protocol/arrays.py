@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import UnsafePayload, DecodeError
 
-__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "decode_map", "decode_array_map", "array_map"]
+__all__ = ["ND", "TYPE", "KIND", "SHAPE", "DATA", "decode_map", "decode_array_map", "array_map", "safe_dtype"]
 
 ND = b"nd"
 TYPE = b"type"
@@ -64,7 +64,13 @@ def decode_map(obj: dict) -> Any:
     return decode_array_map(obj)
 
 
-def _dtype(descr: Any) -> np.dtype:
+def safe_dtype(descr: Any) -> np.dtype:
+    """The dtype a wire ``type`` string names, if it is one we decode.
+
+    Raises:
+        UnsafePayload: an object, structured or sub-array dtype.
+        DecodeError: not a dtype string.
+    """
     if type(descr) is not str:
         # msgpack-numpy writes a list here for structured (kind "V") dtypes.
         raise UnsafePayload(f"array dtype must be a dtype string, got {type(descr).__name__}")
@@ -126,7 +132,7 @@ def decode_array_map(obj: dict) -> Any:
     descr = obj.get(TYPE)
     dtype = _DTYPE_CACHE.get(descr) if type(descr) is str else None
     if dtype is None:
-        dtype = _dtype(descr)
+        dtype = safe_dtype(descr)
 
     if nd is False:
         if len(obj) > 3 + (KIND in obj):

@@ -21,15 +21,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-# msgpack_numpy.patch(), which RLlib calls whenever it touches msgpack, swaps
-# msgpack.Packer/unpackb for wrappers that unpickle object arrays. Bind
-# msgpack's own implementations so that patch can never reach this codec.
-try:
-    from msgpack._cmsgpack import Packer as _Packer, unpackb as _unpackb
-except ImportError:  # pragma: no cover - msgpack built without its C extension
-    from msgpack.fallback import Packer as _Packer, unpackb as _unpackb
-
 from .arrays import COMPLEX, DATA, KIND, ND, SHAPE, TYPE, array_map, decode_array_map, decode_map
+from ._msgpack import Packer as _Packer, bin_header, unpackb as _unpackb
+from .columns import NOT_COLUMNS, decode_columns, wants_columns
 from .errors import DecodeError, ProtocolError
 from .limits import ZERO_COPY_MIN_BODY_BYTES, ZERO_COPY_MIN_BYTES
 
@@ -42,17 +36,20 @@ class _LargeArray(Exception):
     """Raised inside msgpack's ``default`` hook to hand a large array to the walker."""
 
 
-def _bin_header(size: int) -> bytes:
-    if size < 1 << 8:
-        return struct.pack(">BB", 0xC4, size)
-    if size < 1 << 16:
-        return struct.pack(">BH", 0xC5, size)
-    return struct.pack(">BI", 0xC6, size)
-
-
 def _flat_bytes(array: np.ndarray) -> np.ndarray:
     """The array's bytes as a 1-D uint8 view (a copy only if it isn't C-contiguous)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def _default(obj: Any) -> Any:
+    """msgpack's ``default`` hook: numpy values in msgpack-numpy's map form; a large array goes to the walker."""
+    if isinstance(obj, np.ndarray):
+        if obj.nbytes >= ZERO_COPY_MIN_BYTES:
+            raise _LargeArray
+        return array_map(obj, obj.tobytes())
+    if isinstance(obj, np.generic):
+        return array_map(obj, obj.tobytes())
+    raise TypeError(f"cannot put a {type(obj).__name__} on the wire")
 
 
 class _BodyWriter:
@@ -60,16 +57,9 @@ class _BodyWriter:
 
     def __init__(self) -> None:
         self.parts: list[Buffer] = []
-        self._packer = _Packer(use_bin_type=True, default=self._default, autoreset=True)
-
-    def _default(self, obj: Any) -> Any:
-        if isinstance(obj, np.ndarray):
-            if obj.nbytes >= ZERO_COPY_MIN_BYTES:
-                raise _LargeArray
-            return array_map(obj, obj.tobytes())
-        if isinstance(obj, np.generic):
-            return array_map(obj, obj.tobytes())
-        raise TypeError(f"cannot put a {type(obj).__name__} on the wire")
+        # A plain function, not a bound method: no cycle through the packer,
+        # so the writer and its packer's buffer go as soon as the body is made.
+        self._packer = _Packer(use_bin_type=True, default=_default, autoreset=True)
 
     def write(self, obj: Any) -> None:
         try:
@@ -86,7 +76,7 @@ class _BodyWriter:
             for key in (ND, TYPE, KIND, SHAPE):
                 self.parts.append(packer.pack(key) + packer.pack(head[key]))
             flat = _flat_bytes(obj)
-            self.parts.append(packer.pack(DATA) + _bin_header(flat.nbytes))
+            self.parts.append(packer.pack(DATA) + bin_header(flat.nbytes))
             self.parts.append(memoryview(flat))
         elif isinstance(obj, dict):
             self.parts.append(packer.pack_map_header(len(obj)))
@@ -117,7 +107,7 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise DecodeError(f"msgpack extension type {code} is not part of RLlink")
 
 
-def decode_body(body: Buffer, *, share: bool = False) -> Any:
+def decode_body(body: Buffer, *, share: bool = False, columns: bool = False) -> Any:
     """Unpack one frame body.
 
     Returns plain Python values with numpy arrays and scalars where the peer
@@ -131,6 +121,10 @@ def decode_body(body: Buffer, *, share: bool = False) -> Any:
             write to while the arrays live (``bytes``, or a buffer the caller
             hands over for good): the arrays keep it alive, all of it.
             The values are the same either way.
+        columns: an ``EPISODES`` body (told by its first bytes) is decoded a
+            column at a time (:mod:`.columns`): per-step array maps of a
+            single-agent column come back as one stacked, ``finalized``
+            array. Anything that path can't take is decoded as without it.
 
     Raises:
         UnsafePayload: a value asks for pickle (object or structured arrays).
@@ -146,6 +140,11 @@ def decode_body(body: Buffer, *, share: bool = False) -> Any:
             # Too much work for Python, or refused: C reads it all again and
             # has the last word, so both paths give the same outcome.
             pass
+    if columns and wants_columns(body):
+        value = decode_columns(body, _refuse_ext)
+        if value is not NOT_COLUMNS:
+            return value
+        # Not laid out as expected, or refused: the hooked decoder below has the last word.
     try:
         return _unpackb(
             body,

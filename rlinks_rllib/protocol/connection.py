@@ -324,6 +324,10 @@ class Connection:
             ``HANDSHAKE_MAX_FRAME_BYTES`` before).
         window: (client) the batches awaiting an ``ACK``, shared by every
             connection of one client (see :class:`~.window.AckWindow`).
+        columns: (server) decode ``EPISODES`` bodies a column at a time: a
+            column sent as one array per step arrives as one stacked,
+            ``finalized`` array (:mod:`.columns`); for a server that checks
+            episodes with :func:`~.episodes.check_episode_state` next.
 
     Raises:
         ValueError: ``auth`` named in ``extensions``, an unknown extension, a
@@ -340,6 +344,7 @@ class Connection:
         client_id: Optional[str] = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         window: Optional[AckWindow] = None,
+        columns: bool = False,
     ) -> None:
         names = {e.value if isinstance(e, Extension) else str(e) for e in extensions}
         unknown = names - {e.value for e in Extension}
@@ -369,7 +374,7 @@ class Connection:
         self._server_auth: Optional[ServerAuth] = None
         self._max_frame_bytes = max_frame_bytes
         first_cap = max_frame_bytes if role is Role.CLIENT else min(HANDSHAKE_MAX_FRAME_BYTES, max_frame_bytes)
-        self._decoder = FrameDecoder(first_cap)
+        self._decoder = FrameDecoder(first_cap, columns=columns)
         self._received: collections.deque[_Received] = collections.deque()
         self._error: Optional[ProtocolError] = None
         self._eof = False

@@ -149,13 +149,19 @@ class FrameDecoder:
         max_frame_bytes: largest body accepted (at most 99,999,999).
         validate: check each message with :func:`validate_message`; switch off
             only to look at raw messages (tests, tools).
+        columns: decode ``EPISODES`` bodies a column at a time (see
+            :func:`~.codec.decode_body`); for a server, which checks the
+            episodes with :func:`~.episodes.check_episode_state` next.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, validate: bool = True) -> None:
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, validate: bool = True, columns: bool = False
+    ) -> None:
         if not 0 < max_frame_bytes <= MAX_BODY_BYTES:
             raise ValueError(f"max_frame_bytes must be in 1..{MAX_BODY_BYTES}, got {max_frame_bytes}")
         self.max_frame_bytes = max_frame_bytes
         self._validate = validate
+        self._columns = columns
         self._header = bytearray()
         # The body being collected: a writable view of an uninitialized
         # uint8 array (every byte is written before the body is decoded).
@@ -308,7 +314,7 @@ class FrameDecoder:
 
     def _decode(self, body: Buffer, *, share: bool) -> dict[str, Any]:
         size = HEADER_BYTES + len(body)
-        message = decode_body(body, share=share)
+        message = decode_body(body, share=share, columns=self._columns)
         self.frames += 1
         self.last_frame_bytes = size
         if self._validate:

@@ -44,7 +44,7 @@ from .forward import ModuleForward, served_actions_unsupported
 from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .listener import RLinkServer
-from .metrics import EpisodeTotals, TransportMetrics, log_episode, log_sampled
+from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled
 from .scheduler import SamplePacer, WeightsChange
 from .served import ObservationCheck
 from .settings import RLinkSettings
@@ -185,7 +185,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             batches += self.server.inbox.take(short, 0.0)
         episodes = []
         steps = 0
-        done = 0
+        finished = []
+        add = self._episode_totals.add
         for batch in batches:
             lag = max(0, self._weights_seq_no - batch.weights_seq_no)
             if lag and self.settings.drop_stale_steps:
@@ -193,10 +194,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 continue
             self._lags.append(lag)
             for episode in batch.episodes:
-                finished = self._episode_totals.add(episode)
-                if finished is not None:
-                    done += 1
-                    log_episode(self.metrics, *finished, window=self.config.metrics_num_episodes_for_smoothing)
+                totals = add(episode)
+                if totals is not None:
+                    finished.append(totals)
             episodes.extend(batch.episodes)
             steps += batch.steps
         self._pacer.sampled(steps, time.monotonic())
@@ -204,7 +204,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         # were dealt with). What is still in the inbox is not confirmed, and
         # a client resends it if this runner dies first.
         self.server.confirm(batches)
-        log_sampled(self.metrics, steps, done)
+        log_episodes(self.metrics, finished, self.config.metrics_num_episodes_for_smoothing)
+        log_sampled(self.metrics, steps, len(finished))
         self.num_env_steps_sampled_lifetime += steps
         return episodes
 

@@ -65,7 +65,7 @@ from .inbox import Batch, Inbox
 from .inference import InferenceBatcher, InferenceResult, ServedPolicy
 from .scheduler import Release, Scheduler
 from .served import ServedRecorder
-from .session import Session
+from .session import READ_BUFFER_BYTES, Session
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
 
@@ -191,6 +191,8 @@ class RLinkServer:
         self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy,
                                                        fragment_steps=fragment_steps)
         self._sessions: set[Session] = set()
+        #: Every session reads into this (loop thread only; see SessionHost.read_buffer).
+        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._by_client: dict[str, Session] = {}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import numpy as np
+
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     EPISODE_AGENT_RETURN_MEAN,
@@ -34,7 +36,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episode"]
+__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes"]
 
 #: Results key under which the transport metrics appear.
 RUNNER_METRICS_KEY = "rlinks"
@@ -53,7 +55,7 @@ class EpisodeTotals:
         """Account a chunk; return (length, return, duration) once the episode is done."""
         totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0]
         totals[0] += len(episode)
-        totals[1] += float(episode.get_return())
+        totals[1] += float(np.sum(episode.get_rewards()))  # get_return() sums in Python
         totals[2] += float(episode.get_duration_s() or 0.0)
         if episode.is_done:
             return int(totals[0]), totals[1], totals[2]
@@ -75,17 +77,34 @@ def log_sampled(metrics: MetricsLogger, steps: int, episodes_done: int) -> None:
     metrics.log_value(NUM_EPISODES_LIFETIME, episodes_done, reduce="lifetime_sum")
 
 
-def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float, window: int) -> None:
-    """One finished episode, into RLlib's episode metrics."""
-    metrics.log_value(EPISODE_LEN_MEAN, length, window=window)
-    metrics.log_value(EPISODE_RETURN_MEAN, ret, window=window)
-    metrics.log_value(EPISODE_DURATION_SEC_MEAN, duration, window=window)
-    metrics.log_value((EPISODE_AGENT_RETURN_MEAN, DEFAULT_AGENT_ID), ret, window=window)
-    metrics.log_value((EPISODE_MODULE_RETURN_MEAN, DEFAULT_MODULE_ID), ret, window=window)
-    metrics.log_value(EPISODE_LEN_MIN, length, reduce="min", window=window)
-    metrics.log_value(EPISODE_RETURN_MIN, ret, reduce="min", window=window)
-    metrics.log_value(EPISODE_LEN_MAX, length, reduce="max", window=window)
-    metrics.log_value(EPISODE_RETURN_MAX, ret, reduce="max", window=window)
+def log_episodes(metrics: MetricsLogger, finished: list[tuple[int, float, float]], window: int) -> None:
+    """The episodes one ``sample()`` finished, as (length, return, duration), into RLlib's episode metrics.
+
+    What nine ``log_value`` calls per episode (``SingleAgentEnvRunner``'s
+    way) would leave in ``metrics``, at a fraction of the cost: one
+    ``log_value`` per key and call creates the stats object the first time,
+    and the other values go to that object's own ``push``. Only the last
+    ``window`` episodes are pushed; older ones would leave the window anyway.
+    """
+    if not finished:
+        return
+    lengths, returns, durations = zip(*finished[-window:])
+    for key, values, reduce in (
+        (EPISODE_LEN_MEAN, lengths, "mean"),
+        (EPISODE_RETURN_MEAN, returns, "mean"),
+        (EPISODE_DURATION_SEC_MEAN, durations, "mean"),
+        ((EPISODE_AGENT_RETURN_MEAN, DEFAULT_AGENT_ID), returns, "mean"),
+        ((EPISODE_MODULE_RETURN_MEAN, DEFAULT_MODULE_ID), returns, "mean"),
+        (EPISODE_LEN_MIN, lengths, "min"),
+        (EPISODE_RETURN_MIN, returns, "min"),
+        (EPISODE_LEN_MAX, lengths, "max"),
+        (EPISODE_RETURN_MAX, returns, "max"),
+    ):
+        metrics.log_value(key, values[0], reduce=reduce, window=window)
+        if len(values) > 1:
+            push = metrics._get_key(key).push  # noqa: SLF001 - log_value's own lookup, once per call
+            for value in values[1:]:
+                push(value)
 
 
 _COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",

@@ -58,16 +58,15 @@ from .._version import SERVER_AGENT
 from .errors import IngestError
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
+from .writer import SharedWriter
 
 __all__ = ["Session", "SessionHost"]
 
 logger = logging.getLogger("rlinks_rllib.server")
 
-_READ_CHUNK = 256 * 1024
+#: Size of the read buffer a server shares among its sessions (:attr:`SessionHost.read_buffer`).
+READ_BUFFER_BYTES = 256 * 1024
 _HANDSHAKE_READ_CHUNK = 4096
-#: Output parts smaller than this are joined into one write (headers, small
-#: messages); larger ones (the shared weights) are written as they are.
-_COALESCE_BYTES = 16 * 1024
 
 
 class SessionHost(Protocol):
@@ -83,6 +82,9 @@ class SessionHost(Protocol):
     extensions: frozenset[str]
     #: The shared secret a client must prove it knows; ``None``: no authentication.
     auth_secret: Optional[bytes]
+    #: Where every session reads small frames and headers (``READ_BUFFER_BYTES``):
+    #: one buffer for all, since each read is consumed before the loop reads again.
+    read_buffer: memoryview
 
     def session_opened(self, session: "Session") -> bool:
         """A connection was made; ``False``: too many clients, the session refuses it (and is counted)."""
@@ -133,7 +135,7 @@ class Session(asyncio.BufferedProtocol):
         self.host = host
         settings = host.settings
         self.conn = Connection(Role.SERVER, extensions=host.extensions, agent=SERVER_AGENT,
-                               secret=host.auth_secret, max_frame_bytes=settings.max_frame_bytes)
+                               secret=host.auth_secret, max_frame_bytes=settings.max_frame_bytes, columns=True)
         self.peer = "?"
         self.client_id = f"conn-{number}"
         #: Weights version the client holds: what its next batch is sampled with.
@@ -143,7 +145,10 @@ class Session(asyncio.BufferedProtocol):
         self.frame_started_at: Optional[float] = None
         self.reading_paused = False
         self._transport: Optional[asyncio.Transport] = None
-        self._chunk = bytearray(_HANDSHAKE_READ_CHUNK)
+        self._writer: Optional[SharedWriter] = None
+        #: Where the next read lands, unless a large body is under way: a small part of the
+        #: shared buffer until the handshake is done, so a stranger costs the runner little.
+        self._chunk = host.read_buffer[:_HANDSHAKE_READ_CHUNK]
         self._gave_body_buffer = False
         #: Frames of the Connection's counts already added to the server's stats.
         self._frames_in = self._frames_out = 0
@@ -241,15 +246,24 @@ class Session(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._writer = SharedWriter(transport)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         if not self.host.session_opened(self):
             self.fail(ErrorCode.LIMIT_EXCEEDED, f"this runner already serves {self.host.settings.max_clients} clients")
 
+    def pause_writing(self) -> None:
+        if self._writer is not None:
+            self._writer.pause()
+
+    def resume_writing(self) -> None:
+        if self._writer is not None:
+            self._writer.resume()
+
     def get_buffer(self, sizehint: int) -> memoryview:
         body = self.conn.read_buffer()
         self._gave_body_buffer = body is not None
-        return body if body is not None else memoryview(self._chunk)
+        return body if body is not None else self._chunk
 
     def buffer_updated(self, nbytes: int) -> None:
         now = self.last_activity = time.monotonic()
@@ -262,7 +276,8 @@ class Session(asyncio.BufferedProtocol):
                 self.frame_started_at = self.frame_started_at or now
                 return
         else:
-            conn.receive_data(memoryview(self._chunk)[:nbytes])
+            # The decoder copies what it keeps: the shared buffer is free again on return.
+            conn.receive_data(self._chunk[:nbytes])
         self.frame_started_at = (self.frame_started_at or now) if conn.in_frame else None
         self._handle_events()
 
@@ -319,7 +334,7 @@ class Session(asyncio.BufferedProtocol):
     def _handshake_done(self, event: HandshakeDone) -> None:
         if event.client_id is not None:
             self.client_id = event.client_id
-        self._chunk = bytearray(_READ_CHUNK)
+        self._chunk = self.host.read_buffer
         self.host.session_ready(self)
         logger.info(
             "client %s connected from %s (%s; extensions: %s)", self.client_id, self.peer,
@@ -333,30 +348,16 @@ class Session(asyncio.BufferedProtocol):
         parts: list[Buffer] = self.conn.data_to_send()
         if not parts:
             return
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        transport, writer = self._transport, self._writer
+        if transport is None or writer is None or transport.is_closing():
             return
         stats = self.host.stats
-        written = 0
-        small: list[Buffer] = []
-        for part in parts:
-            size = len(part) if isinstance(part, bytes) else part.nbytes
-            written += size
-            if size < _COALESCE_BYTES:
-                small.append(part)
-                continue
-            if small:
-                transport.write(b"".join(small))
-                small = []
-            transport.write(part)
-        if small:
-            transport.write(small[0] if len(small) == 1 else b"".join(small))
-        stats.bytes_out += written
+        stats.bytes_out += writer.write(parts)
         frames = self.conn.frames_sent
         stats.frames_out += frames - self._frames_out
         self._frames_out = frames
         if check_limit:
-            queued = transport.get_write_buffer_size()
+            queued = writer.queued
             if queued > self.host.settings.max_write_buffer_bytes:
                 self.fail(ErrorCode.LIMIT_EXCEEDED, f"client reads too slowly: {queued:,} bytes queued for it")
 
@@ -364,6 +365,8 @@ class Session(asyncio.BufferedProtocol):
         """Close after flushing what was written; the host forgets the session's promises."""
         self._closed = True
         if self._transport is not None:
+            if self._writer is not None:
+                self._writer.flush_for_close()
             self._transport.close()
         self.host.session_closed(self)
 
