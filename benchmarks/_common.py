@@ -283,13 +283,18 @@ def cartpole_payloads(
     )
 
 
-def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES", seq: bool = False) -> Payload:
+def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES", seq: bool = False,
+                  nested: bool = False) -> Payload:
     """One chunk of ``steps`` steps with uint8 480x640x3 observations, in our client's format.
 
     With ``seq``, the frame carries a ``seq`` to patch per send (:func:`set_seq`).
+    With ``nested``, each observation is a Dict (:data:`NESTED_IMAGE_KEYS`) of
+    that image and a vector of 6 floats, one stacked array per key.
     """
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 256, size=(steps + 1, *IMAGE_SHAPE), dtype=np.uint8)
+    if nested:
+        frames = {"camera": frames, "joints": rng.standard_normal((steps + 1, 6)).astype(np.float32)}
     logits = rng.standard_normal((steps, 2)).astype(np.float32)
     state = build_episode_state(
         "image-episode",
@@ -303,7 +308,8 @@ def image_payload(steps: int, seed: int = 0, kind: str = "EPISODES", seq: bool =
     message = {"type": kind, "episodes": [state], "timesteps": steps}
     frame, seq_offset = _numbered(message) if seq else (encode_message(message), None)
     numbered = ", numbered (seq)" if seq else ""
-    name = f"{steps} steps of uint8 {'x'.join(map(str, IMAGE_SHAPE))} images, our format{numbered}"
+    image = f"uint8 {'x'.join(map(str, IMAGE_SHAPE))} images"
+    name = f"{steps} steps of {'a Dict of ' + image + ' and 6 floats' if nested else image}, our format{numbered}"
     return Payload(name, frame, steps, 1, seq_offset)
 
 

@@ -122,6 +122,7 @@ class Case:
             "rllib-long": "100-step episodes, RLlib's format",
             "stacked-long": "100-step episodes, our format",
             "images": "images uint8 480x640x3, our format",
+            "dict-images": "Dict of a uint8 480x640x3 image and 6 floats, our format",
         }[self.payload.removesuffix("-seq")]
         who = {"rllib": "RLlib server", "ours": "ours", "raw": "raw socket"}[self.server]
         how = {"plain": "", "tls": ", TLS", "ack": ", ACK"}[self.transport]
@@ -144,6 +145,7 @@ def cases() -> list[Case]:
             out.append(Case(f"ours-stacked-{n}-tls", "ours", "stacked", n, "tls"))
             out.append(Case(f"ours-stacked-{n}-ack", "ours", "stacked-seq", n, "ack"))
     out.append(Case("ours-images", "ours", "images", IMAGE_CLIENTS))
+    out.append(Case("ours-dict-images", "ours", "dict-images", IMAGE_CLIENTS))
     out.append(Case("ours-images-tls", "ours", "images", IMAGE_CLIENTS, "tls"))
     out.append(Case("ours-images-ack", "ours", "images-seq", IMAGE_CLIENTS, "ack"))
     out.append(Case("raw-images", "raw", "images", 1))
@@ -160,7 +162,8 @@ def payloads() -> dict[str, Payload]:
     rllib_long, our_long = cartpole_payloads(CARTPOLE_STEPS_PER_MESSAGE, episode_steps=CARTPOLE_STEPS_PER_MESSAGE)
     return {"rllib": rllib_format, "stacked": our_format, "stacked-seq": numbered, "rllib-long": rllib_long,
             "stacked-long": our_long, "images": image_payload(IMAGE_STEPS_PER_MESSAGE),
-            "images-seq": image_payload(IMAGE_STEPS_PER_MESSAGE, seq=True)}
+            "images-seq": image_payload(IMAGE_STEPS_PER_MESSAGE, seq=True),
+            "dict-images": image_payload(IMAGE_STEPS_PER_MESSAGE, nested=True)}
 
 
 # --------------------------------------------------------------------------
@@ -247,11 +250,19 @@ def _ppo_config(payload_kind: str, settings: dict):
     import numpy as np
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    if payload_kind.startswith("images"):
+    spec = None
+    if payload_kind.startswith(("images", "dict-images")):
         obs = gym.spaces.Box(0, 255, IMAGE_SHAPE, np.uint8)
         fragment = IMAGE_FRAGMENT
         # RLlib has no default CNN for 480x640; the runner only holds weights, so keep it tiny.
         model = {"conv_filters": [[4, [8, 8], 8], [8, [4, 4], 4]]}
+        if payload_kind.startswith("dict-images"):
+            from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+            from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
+
+            obs = gym.spaces.Dict({"camera": obs, "joints": gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)})
+            spec = RLModuleSpec(catalog_class=MultiInputPPOCatalog)
     else:
         obs = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
         fragment = CARTPOLE_FRAGMENT
@@ -259,9 +270,10 @@ def _ppo_config(payload_kind: str, settings: dict):
     return (
         PPOConfig()
         .environment(observation_space=obs, action_space=gym.spaces.Discrete(2),
-                     env_config={"port": 0, **settings})
+                     # Ingest only: no policy graph export at start.
+                     env_config={"port": 0, "policy_graph": "off", **settings})
         .env_runners(num_env_runners=0, rollout_fragment_length=fragment, sample_timeout_s=SAMPLE_TIMEOUT_S)
-        .rl_module(model_config=model)
+        .rl_module(model_config=model, **({"rl_module_spec": spec} if spec else {}))
     )
 
 
@@ -504,6 +516,10 @@ def _run(selected: list[Case], loads: dict[str, Payload], timing: Timing, rounds
                   "raw-images", mbps, ">= 0.6x", False))
     lines.append((f"ratio images ours/raw socket (MB/s), {IMAGE_CLIENTS} clients vs {IMAGE_CLIENTS} senders",
                   "ours-images", "raw-images-4", mbps, "info", False))
+    lines.append((f"ratio Dict images ours/raw socket (MB/s), {IMAGE_CLIENTS} clients vs {IMAGE_CLIENTS} senders",
+                  "ours-dict-images", "raw-images-4", mbps, ">= 0.5x", False))
+    lines.append((f"ratio Dict images/plain images, ours (MB/s), {IMAGE_CLIENTS} clients", "ours-dict-images",
+                  "ours-images", mbps, "info", False))
     lines.append(("ratio ours/rllib, same bytes, 100-step episodes", "ours-same-long", "rllib-long",
                   rates, ">= 3x", True))
     lines.append(("ratio ours-stacked/rllib, 100-step episodes", "ours-stacked-long", "rllib-long",

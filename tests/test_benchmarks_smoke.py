@@ -46,6 +46,7 @@ def test_bench_ingest_quick():
         "ratio ours/rllib, same bytes, 1 client(s)",
         "ratio ours-stacked/rllib, 1 client(s)",
         "ratio images ours/raw socket (MB/s)",
+        "ratio Dict images ours/raw socket (MB/s)",
         "ratio TLS/plain",
         "ratio ACK/plain",
     ):
