@@ -96,11 +96,12 @@ def _clients_per_runner(algo) -> dict[int, int]:
 def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Callable[[str], None]):
     """The one address for simulators, on the base port, when there are remote runners."""
     from ..server.directory import Directory, Endpoint
+    from ..server.settings import RLinkSettings
 
     if algo.env_runner_group.num_remote_env_runners() == 0:
         return None
-    settings = algo.config.env_config
-    directory = Directory(settings.get("host", "127.0.0.1"), int(settings.get("port", 0))).start()
+    # The runners' own settings: the same host, TLS certificate and secret guard this port too.
+    directory = Directory.from_settings(RLinkSettings.from_env_config(algo.config.env_config)).start()
     directory.update([Endpoint(i, h, p) for i, h, p in addresses])
     host, port = directory.address
     if host in ("0.0.0.0", "::"):
