@@ -14,7 +14,7 @@ from typing import Iterable
 
 __all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
 
-COLUMNS = ("iteration", "env_steps", "episode_return_mean", "time_s", "steps_per_s", "clients",
+COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
            "weights_seq_no", "policy_lag_max")
 
 
@@ -23,11 +23,14 @@ def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict
     runners = result.get("env_runners", {})
     rlinks = runners.get("rlinks", {})
     steps = int(runners.get("num_env_steps_sampled_lifetime", 0) or 0)
+    this_iter = runners.get("num_env_steps_sampled", 0)
     dt = time_s - (previous["time_s"] if previous else 0.0)
     ds = steps - (previous["env_steps"] if previous else 0)
     return {
         "iteration": int(result.get("training_iteration", 0)),
         "env_steps": steps,
+        # What the runners' sample() handed to this iteration's training step (NaN when none answered).
+        "env_steps_iter": int(this_iter) if this_iter == this_iter and this_iter else 0,
         "episode_return_mean": float(runners.get("episode_return_mean", math.nan)),
         "time_s": round(time_s, 3),
         "steps_per_s": round(ds / dt, 1) if dt > 0 else 0.0,
