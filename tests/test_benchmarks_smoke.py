@@ -70,3 +70,14 @@ def test_bench_served_quick():
     for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
                   "ratio RLlib-quoted one-at-a-time / ours unbatched"):
         assert ratio in out, out
+
+
+def test_gpu_check_says_so_without_a_gpu():
+    """benchmarks/gpu_check.py on a machine without CUDA: a clear message and exit 2, nothing started."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("there is a CUDA device here: run benchmarks/gpu_check.py itself")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py")], cwd=REPO,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no CUDA device" in done.stderr and "Traceback" not in done.stderr
