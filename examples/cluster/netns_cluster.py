@@ -33,6 +33,7 @@ frame between a host and the bridge.
 from __future__ import annotations
 
 import argparse
+import array
 import contextlib
 import heapq
 import json
@@ -458,7 +459,8 @@ class RayCluster:
         return found["status"] if found else "UNREACHABLE"
 
     def stop_job(self, job_id: str) -> None:
-        self.ray("job", "stop", "--address", self.dashboard, job_id)
+        """Ask the job to stop (SIGTERM to the learner, which finishes its iteration); :meth:`wait_job` for the end."""
+        self.ray("job", "stop", "--address", self.dashboard, "--no-wait", job_id)
 
     def job_logs(self, job_id: str) -> str:
         done = self.ray("job", "logs", "--address", self.dashboard, job_id)
@@ -583,7 +585,7 @@ class SlowLink:
             while queue and queue[0][0] <= time.monotonic():
                 _, _, frame = heapq.heappop(queue)
                 with contextlib.suppress(OSError):  # a frame too large or a link going down: a lost frame
-                    dst.send(frame)
+                    dst.send(_with_checksum(frame))
                     self.frames += 1
 
     def __exit__(self, *exc) -> None:
@@ -595,6 +597,31 @@ class SlowLink:
         _ip("link", "set", self.host.link, "promisc", "off", check=False)
         _ip("link", "set", self.host.link, "master", self.net.bridge, check=False)
         _ip("link", "del", self.near, check=False)
+
+
+def _with_checksum(frame: bytes) -> bytes:
+    """``frame`` with its IPv4 TCP or UDP checksum computed.
+
+    A veth leaves that checksum to "the hardware" (checksum offload), so a
+    frame read off one arrives unfinished; the kernel that receives it
+    from our packet socket would drop it.
+    """
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] not in (6, 17):
+        return frame
+    start = 14 + (frame[14] & 0x0F) * 4
+    end = 14 + int.from_bytes(frame[16:18], "big")
+    field_at = start + (16 if frame[23] == 6 else 6)
+    out = bytearray(frame)
+    out[field_at:field_at + 2] = b"\0\0"
+    data = frame[26:34] + bytes([0, frame[23]]) + (end - start).to_bytes(2, "big") + bytes(out[start:end])
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(array.array("H", data))  # RFC 1071: the same in either byte order, if stored in it
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    checksum = ~total & 0xFFFF or 0xFFFF
+    out[field_at:field_at + 2] = array.array("H", [checksum]).tobytes()
+    return bytes(out)
 
 
 # -- everything together -------------------------------------------------------------------------

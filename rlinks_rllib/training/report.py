@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 from pathlib import Path
 from typing import Iterable
 
@@ -20,7 +21,7 @@ COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "t
 
 def _count(value) -> int:
     """An RLlib metric as a count; 0 for a missing one or NaN (an iteration where no runner answered)."""
-    return int(value) if isinstance(value, (int, float)) and value == value and value else 0
+    return int(value) if isinstance(value, numbers.Real) and value == value and value else 0
 
 
 def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict | None) -> dict:
