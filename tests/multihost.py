@@ -120,6 +120,15 @@ class Training:
         target = self.iterations() + more
         return wait_for(lambda: self.iterations() >= target, timeout, f"{more} more training iterations")
 
+    def endpoints(self, host: str) -> subprocess.CompletedProcess:
+        """``rlinks endpoints tls://DIRECTORY`` from simulator ``host``, with the CA and the secret."""
+        creds = self.cluster.credentials
+        return subprocess.run(self.cluster.net.argv(host, sys.executable, "-m", "rlinks_rllib", "endpoints",
+                                                    f"tls://{self.cluster.directory}", "--ca-file", creds["ca"],
+                                                    "--secret-file", creds["secret"]),
+                              capture_output=True, text=True, timeout=60, cwd=ROOT,
+                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
     def probe(self, host: str, address: str) -> subprocess.CompletedProcess:
         """From simulator ``host``: connect to the runner at ``address`` directly and fetch its weights."""
         code = ("import sys; from rlinks_rllib.client import RLinkClient; "

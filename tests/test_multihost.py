@@ -90,35 +90,6 @@ def test_runners_on_the_workers_simulators_through_the_directory(training):
     say(f"placement: runners {runners}; directory {directory['host']}:{directory['port']}; books {books}")
 
 
-def test_a_worker_link_cut_for_20s(training):
-    run = training
-    hosts = _addresses(run)
-    runners = _runners(run.job[1])
-    cut = "worker1"
-    cut_runner = next(a for a in runners.values() if a.startswith(f"{hosts[cut]}:"))
-    before = run.books()
-    moved = run.on(hosts[cut])
-    acked = {s.name: s.count("steps_acked") for s in moved}
-    started = time.monotonic()
-    run.cluster.net.cut(cut)
-    try:
-        recovery = wait_for(
-            lambda: all(s.progress["runner"].startswith(f"{hosts['worker2']}:") and s.count("steps_acked") > acked[s.name]
-                        for s in moved), CUT_S + 60, f"the cut-off simulators confirmed by the other runner ({_sim_state(run)})")
-        time.sleep(max(0.0, CUT_S - (time.monotonic() - started)))
-    finally:
-        run.cluster.net.mend(cut)
-    mended = time.monotonic()
-    # The runner serves again: a simulator host reaches it directly, and the directory lists it again.
-    wait_for(lambda: run.probe("sim1", cut_runner).returncode == 0, 60, f"{cut_runner} to serve again")
-    back = time.monotonic() - mended
-    after = run.books(timeout=120)
-    assert after["trained"] > before["trained"]
-    say(f"(a) link of {cut} cut {CUT_S}s: {len(moved)} simulators moved to the other runner in {recovery:.1f}s; "
-        f"{cut_runner} served again {back:.1f}s after the link came back; "
-        f"sent/confirmed/trained before {before}, after {after}")
-
-
 def test_a_worker_node_killed(training):
     run = training
     hosts = _addresses(run)
@@ -191,17 +162,60 @@ def test_a_slow_link_to_one_simulator_host(training):
         f"before {before}, after {after} ({rtt.returncode})")
 
 
-def test_reaches_the_stop_reward_and_no_confirmed_step_is_lost(training):
+def test_reaches_the_stop_reward(training):
     run = training
-    wait_for(lambda: run.best_return() >= STOP_REWARD, 600, f"a mean return of {STOP_REWARD} (best {run.best_return()})")
+    took = wait_for(lambda: run.best_return() >= STOP_REWARD, 600,
+                    f"a mean return of {STOP_REWARD} (best {run.best_return()})")
+    say(f"trained to a mean return of {run.best_return():.1f} in {run.iterations()} iterations over "
+        f"{len(run.jobs)} jobs (waited {took:.0f}s more after the faults above); books {run.books(timeout=120)}")
+
+
+def test_a_worker_link_cut_for_20s(training):
+    run = training
+    hosts = _addresses(run)
+    runners = _runners(run.job[1])
+    # Cut the worker whose runner serves the most simulators; the other worker's runner takes them.
+    cut = max(nc.WORKERS, key=lambda w: len(run.on(hosts[w])))
+    other = next(w for w in nc.WORKERS if w != cut)
+    assert any(a.startswith(f"{hosts[other]}:") for a in runners.values()), f"both runners on {cut}: {runners}"
+    cut_runner = next(a for a in runners.values() if a.startswith(f"{hosts[cut]}:"))
+    before = run.books()
+    moved = run.on(hosts[cut])
+    acked = {s.name: s.count("steps_acked") for s in moved}
+    started = time.monotonic()
+    run.cluster.net.cut(cut)
+    try:
+        recovery = wait_for(
+            lambda: all(s.progress["runner"].startswith(f"{hosts[other]}:") and s.count("steps_acked") > acked[s.name]
+                        for s in moved), CUT_S + 60, f"the cut-off simulators confirmed by the other runner ({_sim_state(run)})")
+        time.sleep(max(0.0, CUT_S - (time.monotonic() - started)))
+    finally:
+        run.cluster.net.mend(cut)
+    mended = time.monotonic()
+    # The runner serves again: a simulator host reaches it directly, and the directory lists it again.
+    wait_for(lambda: run.probe("sim1", cut_runner).returncode == 0, 60, f"{cut_runner} to serve again")
+    back = time.monotonic() - mended
+    # The directory lists it again (the learner reached it after an iteration), the node was not lost.
+    listed = wait_for(lambda: f"{cut_runner} (" in run.endpoints("sim2").stdout, 120,
+                      f"the directory to list {cut_runner} again")
+    assert run.cluster.ray.alive_nodes() == 3 and _runners(run.job[1]) == runners, (_runners(run.job[1]), runners)
+    training_again = run.trained()
+    wait_for(lambda: run.trained() > training_again, 120, "training to go on after the cut")
+    after = run.books(timeout=120)
+    assert after["trained"] > before["trained"]
+    say(f"(a) link of {cut} cut {CUT_S}s: {len(moved)} simulators moved to the other runner in {recovery:.1f}s; "
+        f"{cut_runner} served again {back:.1f}s after the link came back, listed by the directory after "
+        f"{back + listed:.1f}s; "
+        f"sent/confirmed/trained before {before}, after {after}")
+
+
+def test_the_learner_stops_with_nothing_confirmed_lost(training):
+    run = training
     job_id, _ = run.job
     run.cluster.ray.stop_job(job_id)
-    assert run.cluster.ray.wait_job(job_id, 120) == "STOPPED"
+    assert run.cluster.ray.wait_job(job_id, 180) == "STOPPED"
     final = run.books(timeout=60)
-    say(f"trained to a mean return of {run.best_return():.1f} in {run.iterations()} iterations over "
-        f"{len(run.jobs)} jobs; final sent/confirmed/trained {final}")
-    for line in REPORT:
-        print(line)
+    say(f"final, after the job stopped: sent/confirmed/trained {final} over {run.iterations()} iterations")
 
 
 def test_print_the_numbers():
