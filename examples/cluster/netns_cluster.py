@@ -264,8 +264,17 @@ class Processes:
             proc.wait(grace_s)
 
     def stop_all(self, grace_s: float = STOP_TIMEOUT_S) -> None:
-        for name in reversed(list(self.procs)):
-            self.stop(name, grace_s)
+        """SIGTERM every group at once, give them ``grace_s`` together, then SIGKILL every group."""
+        names = list(self.procs)
+        for name in names:
+            if self.procs[name].poll() is None:
+                self.signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for name in names:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.procs[name].wait(max(0.0, deadline - time.monotonic()))
+        for name in names:
+            self.stop(name, grace_s=2)
 
 
 # -- certificates, secret, config ------------------------------------------------------------
