@@ -205,7 +205,9 @@ def test_a_worker_link_cut_for_20s(training):
     # The directory lists it again (the learner reached it after an iteration), the node was not lost.
     listed = wait_for(lambda: f"{cut_runner} (" in run.endpoints("sim2").stdout, 120,
                       f"the directory to list {cut_runner} again")
-    assert run.cluster.ray.alive_nodes() == 3 and _runners(run.job[1]) == runners, (_runners(run.job[1]), runners)
+    # Same addresses: Ray kept the node (a lost node's runner would have been restarted elsewhere).
+    assert _runners(run.job[1]) == runners, (_runners(run.job[1]), runners)
+    wait_for(lambda: run.cluster.ray.alive_nodes() == 3, 60, "the dashboard to count three live nodes")
     training_again = run.trained()
     wait_for(lambda: run.trained() > training_again, 120, "training to go on after the cut")
     after = run.books(timeout=120)
