@@ -36,6 +36,7 @@ STOP_REWARD = 150
 STOP_ITERS = 200  # the faults run while it trains; the last test waits for the stop reward
 CUT_S = 20
 SLOW_DELAY_S = 0.15  # each way: 300 ms more per round trip
+PLACEMENT_ATTEMPTS = 3
 REPORT: list[str] = []
 
 
@@ -48,8 +49,17 @@ def say(line: str) -> None:
 def training(tmp_path_factory):
     with nc.five_hosts(tmp_path_factory.mktemp("hosts")) as cluster:
         run = Training(cluster)
-        output = run.submit(stop_reward=1e9, stop_iters=STOP_ITERS)
-        wait_for(lambda: (output / "directory.json").exists(), 240, "directory.json from the learner")
+        workers = {cluster.net.hosts[w].address for w in nc.WORKERS}
+        for attempt in range(1, PLACEMENT_ATTEMPTS + 1):
+            output = run.submit(stop_reward=1e9, stop_iters=STOP_ITERS)
+            wait_for(lambda: (output / "directory.json").exists(), 240, "directory.json from the learner")
+            placed = {a.split(":")[0] for a in _runners(output).values()}
+            if placed == workers or attempt == PLACEMENT_ATTEMPTS:
+                break
+            # Ray put both runners on one worker (it may: see README); a fresh job places them again.
+            say(f"runners placed on {placed} only; submitting again")
+            cluster.ray.stop_job(run.job[0])
+            cluster.ray.wait_job(run.job[0], 120)
         run.sims = nc.start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory,
                                        SIMS_PER_HOST)
         say(f"hosts {_addresses(run)}; logs in {cluster.work}")
