@@ -378,9 +378,8 @@ class RayCluster:
             RAY_health_check_timeout_ms=str(HEALTH_TIMEOUT_MS),
             RAY_health_check_failure_threshold=str(HEALTH_FAILURES),
             RAY_USAGE_STATS_ENABLED="0",
-            # Actors placed by the GCS one at a time, each seeing the CPUs the last one took, so
-            # the two runners land on the two workers (spread while a node is under half busy);
-            # raylets placing both at once from the same stale view can stack them on one.
+            # Actors placed by the GCS rather than by raylets deciding from the same stale view:
+            # the two runners usually land on the two workers (not always: check endpoints.json).
             RAY_gcs_actor_scheduling_enabled="true",
             # `ray job stop` sends SIGTERM; the learner finishes its iteration and checkpoints first.
             RAY_JOB_STOP_WAIT_TIME_S="90",
