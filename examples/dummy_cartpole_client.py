@@ -32,6 +32,7 @@ import logging
 import math
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--key-file", default=None, help="key of --cert-file")
     parser.add_argument("--env", default="CartPole-v1", help="the simulator: CartPole-v1 (built in) or any gymnasium env id")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--report-every", type=float, default=0.0, metavar="S",
+                        help="print a 'progress:' line (steps sent and confirmed, runner, weights) every S seconds")
     parser.add_argument("--served-actions", action="store_true", help="let the learner compute the actions (no local policy)")
     parser.add_argument("--envs", type=int, default=1, help="simulators stepped together with --served-actions")
     args = parser.parse_args(argv)
@@ -166,6 +169,7 @@ def run(args: argparse.Namespace) -> dict:
         obs, _ = env.reset(seed=args.seed)
         builder.reset(obs)
         episode_return = 0.0
+        next_report = time.monotonic()
 
         while steps < args.max_steps and not stopping:
             # want == 0: the runner has all it needs for this update. Ask
@@ -194,7 +198,11 @@ def run(args: argparse.Namespace) -> dict:
             else:
                 # Off-policy: keep going; pick up fresh weights now and then.
                 client.send_episodes(chunks)
-                policy.set_params(client.get_state().params)
+                update = client.get_state()
+                policy.set_params(update.params)
+            if args.report_every and time.monotonic() >= next_report:
+                next_report = time.monotonic() + args.report_every
+                report(client, update.seq_no)
     except ServerError as exc:
         if exc.code != ErrorCode.SHUTTING_DOWN:
             raise
@@ -206,6 +214,14 @@ def run(args: argparse.Namespace) -> dict:
     return summary(steps, episodes, returns, stats)
 
 
+def report(client: RLinkClient, weights_seq_no: int) -> None:
+    """One ``progress:`` line: what was sent and confirmed so far, where, with which weights."""
+    stats = client.stats
+    print(f"progress: steps_sent={stats.steps_sent} steps_acked={stats.steps_acked} reconnects={stats.reconnects} "
+          f"runner={client.address.host}:{client.address.port} weights={weights_seq_no} time={time.time():.3f}",
+          flush=True)
+
+
 def summary(steps: int, episodes: int, returns: collections.deque, stats) -> dict:
     """What the last line prints (``rlinks client`` collects it from every copy)."""
     return {
@@ -214,6 +230,8 @@ def summary(steps: int, episodes: int, returns: collections.deque, stats) -> dic
         "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
         "reconnects": stats.reconnects,
         "batches_resent": stats.batches_resent,
+        "steps_sent": stats.steps_sent,
+        "steps_acked": stats.steps_acked,
     }
 
 

@@ -69,7 +69,12 @@ def _client_parser(sub) -> None:
 def _endpoints_parser(sub) -> None:
     p = sub.add_parser("endpoints", help="print every runner's address (ask a learner's directory, or read its output)")
     p.add_argument("output", nargs="?", default="runs/latest",
-                   help="the learner's directory HOST:PORT, or its --output folder")
+                   help="the learner's directory HOST:PORT (tls://HOST:PORT for TLS), or its --output folder")
+    p.add_argument("--secret-file", default=None,
+                   help="shared secret for a directory that requires one (or set RLINKS_SECRET)")
+    p.add_argument("--ca-file", default=None, help="CA certificate to check a tls:// directory with")
+    p.add_argument("--cert-file", default=None, help="client certificate, for a directory that wants one")
+    p.add_argument("--key-file", default=None, help="key of --cert-file")
 
 
 def _demo_parser(sub) -> None:
@@ -122,7 +127,7 @@ def _client(args) -> int:
 
 def _endpoints(args) -> int:
     if ":" in args.output and not Path(args.output).exists():
-        return _endpoints_from_directory(args.output)
+        return _endpoints_from_directory(args)
     path = Path(args.output) / "endpoints.json"
     try:
         endpoints = json.loads(path.read_text())
@@ -135,13 +140,15 @@ def _endpoints(args) -> int:
     return 0
 
 
-def _endpoints_from_directory(address: str) -> int:
+def _endpoints_from_directory(args) -> int:
     """Ask a running learner's directory (HOST:PORT) for its runners."""
     from .client import ClientError, ask_directory
 
+    address = args.output
     try:
-        endpoints = ask_directory(address, timeout=10.0, connect_timeout=10.0)
-    except ClientError as exc:
+        endpoints = ask_directory(address, timeout=10.0, connect_timeout=10.0, secret_file=args.secret_file,
+                                  ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file)
+    except (ClientError, OSError, ValueError) as exc:
         print(f"rlinks endpoints: cannot ask {address}: {exc}", file=sys.stderr)
         return 1
     for entry in endpoints:

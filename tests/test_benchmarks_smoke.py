@@ -85,3 +85,14 @@ def test_bench_weights_quick():
     out = run_quick("bench_weights.py")
     for line in ("default set, time 8 clients / 1 client", "clients' MB/s / raw loopback MB/s"):
         assert line in out, out
+
+
+def test_gpu_check_says_so_without_a_gpu():
+    """benchmarks/gpu_check.py on a machine without CUDA: a clear message and exit 2, nothing started."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("there is a CUDA device here: run benchmarks/gpu_check.py itself")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py")], cwd=REPO,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no CUDA device" in done.stderr and "Traceback" not in done.stderr

@@ -286,19 +286,19 @@ def _submit(cluster: LocalCluster, job_id: str, entrypoint: list[str]) -> None:
         time.sleep(SUBMIT_RETRY_S)
 
 
-def _wait_for_endpoints(cluster: LocalCluster, job_id: str, output: Path, deadline: float) -> list[dict]:
-    path = output / "endpoints.json"
+def _wait_for_json(cluster: LocalCluster, job_id: str, path: Path, deadline: float):
+    """What the learner wrote to ``path`` (endpoints.json, directory.json) once it is there whole."""
     while True:
         if path.exists():
             try:
-                endpoints = json.loads(path.read_text())
+                found = json.loads(path.read_text())
             except json.JSONDecodeError:  # caught mid-write; the next look sees all of it
-                endpoints = None
-            if endpoints:
-                return endpoints
+                found = None
+            if found:
+                return found
         status = cluster.job_status(job_id)
         if status in FINAL_STATUSES or time.monotonic() > deadline:
-            pytest.fail(f"job {job_id} is {status} and its runners were never listed:\n{cluster.job_logs(job_id)}")
+            pytest.fail(f"job {job_id} is {status} and never wrote {path.name}:\n{cluster.job_logs(job_id)}")
         time.sleep(POLL_S)
 
 
@@ -321,10 +321,12 @@ def test_submitted_learner_trains_clients_outside_the_cluster(local_cluster):
             ["rlinks", "learner", "--config", CONFIG, "--port", "0", "--stop-reward", str(STOP_REWARD),
              "--stop-iters", str(STOP_ITERS), "--output", str(output)])
 
-    endpoints = _wait_for_endpoints(local_cluster, job_id, output, deadline)
+    endpoints = _wait_for_json(local_cluster, job_id, output / "endpoints.json", deadline)
     assert len(endpoints) == 2  # the config's num_env_runners
     assert all(e["host"] == "127.0.0.1" for e in endpoints)
-    commands = [dummy_client_cmd(e["host"], e["port"]) for e in endpoints for _ in range(CLIENTS_PER_RUNNER)]
+    # The simulators are given the one address: the learner's directory.
+    directory = _wait_for_json(local_cluster, job_id, output / "directory.json", deadline)
+    commands = [dummy_client_cmd(directory["host"], directory["port"])] * (CLIENTS_PER_RUNNER * len(endpoints))
     with processes(commands) as clients:
         status = _wait_for_end(local_cluster, job_id, deadline)
         logs = local_cluster.job_logs(job_id)

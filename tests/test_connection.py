@@ -782,13 +782,46 @@ def test_server_with_a_secret_refuses_a_client_without_one():
     assert s.data_to_send() == []  # no PONG, no nonce
 
 
-def test_directory_is_not_asked_to_authenticate():
-    c, d = client(extensions=["endpoints"], secret=SECRET), directory()
+def test_directory_with_a_secret_authenticates_like_a_runner():
+    c, d = client(extensions=["endpoints"], secret=SECRET), directory(secret=SECRET)
     c.start()
     seen_c, seen_d = converse(c, d)
     assert c.state is d.state is State.READY
-    assert seen_c[0].peer_is_directory and "auth" not in seen_c[0].extensions
-    assert len(seen_d) == 1  # an AUTH would have been refused (unsupported_message)
+    assert seen_c[0].peer_is_directory and "auth" in seen_c[0].extensions
+    c.send_get_endpoints()
+    pump(c, d)
+    assert [type(e).__name__ for e in events(d)] == ["EndpointsRequested"]
+
+
+def test_directory_with_a_secret_refuses_a_client_without_one():
+    c, d = client(extensions=["endpoints"]), directory(secret=SECRET)
+    c.start()
+    pump(c, d)
+    with pytest.raises(AuthFailed):
+        events(d)
+    assert d.data_to_send() == []  # no PONG, no nonce, no runner named
+
+
+def test_directory_refuses_a_wrong_secret():
+    c, d = client(extensions=["endpoints"], secret=b"another-secret-also-32-bytes-ok!"), directory(secret=SECRET)
+    c.start()
+    pump(c, d)
+    events(d)
+    pump(d, c)
+    events(c)
+    pump(c, d)  # the AUTH with the wrong proof
+    with pytest.raises(AuthFailed):
+        events(d)
+
+
+def test_client_with_a_secret_refuses_a_directory_without_auth():
+    c, d = client(extensions=["endpoints"], secret=SECRET), directory()
+    c.start()
+    pump(c, d)
+    events(d)
+    pump(d, c)
+    with pytest.raises(AuthFailed):
+        events(c)
 
 
 # ---------------------------------------------------------------------------

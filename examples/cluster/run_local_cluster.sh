@@ -153,7 +153,8 @@ job_state() {  # SUCCEEDED, FAILED, STOPPED, or RUNNING while it isn't over
 }
 
 deadline=$((SECONDS + JOB_TIMEOUT_S))
-until [[ -s "$OUTPUT/endpoints.json" ]]; do
+# The learner writes directory.json (the one address for simulators) once its runners listen.
+until [[ -s "$OUTPUT/directory.json" ]]; do
     sleep 2
     if [[ "$(job_state)" != RUNNING ]] || ((SECONDS > deadline)); then
         echo "run_local_cluster: the learner never listed its runners; see: ray job logs $JOB_ID" >&2
@@ -161,12 +162,14 @@ until [[ -s "$OUTPUT/endpoints.json" ]]; do
     fi
 done
 
-echo "== 3. simulators, outside the cluster =="
-rlinks endpoints "$OUTPUT"    # runner 1: 127.0.0.1:PORT, one line per runner
-for address in $(rlinks endpoints "$OUTPUT" | awk '{print $3}'); do
-    rlinks client --address "$address" -n "$CLIENTS_PER_RUNNER" &
-    CLIENT_PIDS+=($!)
-done
+echo "== 3. simulators, outside the cluster, given the one address: the learner's directory =="
+DIRECTORY="$(python -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["host"] + ":" + str(d["port"]))' \
+    "$OUTPUT/directory.json")"
+rlinks endpoints "$DIRECTORY"    # what the directory lists: runner 1: 127.0.0.1:PORT (N clients), ...
+RUNNERS="$(rlinks endpoints "$DIRECTORY" | grep -c '^runner ')"
+# Each simulator asks the directory, goes to the least-loaded runner, and asks again if that runner goes away.
+rlinks client --address "$DIRECTORY" -n $((CLIENTS_PER_RUNNER * RUNNERS)) &
+CLIENT_PIDS+=($!)
 
 echo "== 4. wait for the job to end =="
 while state="$(job_state)" && [[ "$state" == RUNNING ]]; do

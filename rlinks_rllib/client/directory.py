@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .._version import CLIENT_AGENT
+from ..protocol.auth import Secret, load_secret, normalize_secret
 from ..protocol.connection import Connection, EndpointsReceived, Role
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
@@ -52,13 +53,16 @@ def ask_directory(
     cert_file: Optional[str] = None,
     key_file: Optional[str] = None,
     tls_server_name: Optional[str] = None,
+    secret: Optional[Secret] = None,
+    secret_file: Optional[str] = None,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
 ) -> list[dict[str, Any]]:
     """The runners a learner's directory lists, least-loaded first (see :func:`fetch_endpoints`).
 
-    One connection, one attempt, closed before returning. The handshake is
-    the client's own (a directory is never asked to authenticate, so there is
-    no secret here); the TLS options are :class:`~.connection.RLinkClient`'s.
+    One connection, one attempt, closed before returning. The TLS and secret
+    options are :class:`~.connection.RLinkClient`'s: with a secret (``secret``,
+    ``secret_file`` or ``$RLINKS_SECRET``) the directory must prove it knows
+    it, and a directory that requires one answers only a client that does.
 
     Example::
 
@@ -66,13 +70,19 @@ def ask_directory(
             print(runner["host"], runner["port"], runner.get("clients"))
 
     Raises:
-        ValueError, TypeError: ``address`` is malformed, or TLS options for a ``tcp://`` address.
+        ValueError, TypeError: ``address`` is malformed, TLS options for a ``tcp://`` address,
+            both ``secret`` and ``secret_file``, or a malformed secret.
+        OSError: ``secret_file`` can't be read.
+        AuthenticationFailed: a wrong or missing secret on either side.
         ConnectFailed: no connection could be opened (:class:`TLSFailed`:
             the server's certificate is not trusted).
         ClientError: the peer answered, but is not a directory (a runner, or RLlib's own server).
         ServerTimeout, ServerError, ConnectionLost, ProtocolViolation: as for any request.
     """
     target = parse_address(address)
+    if secret is not None and secret_file is not None:
+        raise ValueError("pass secret or secret_file, not both")
+    key = normalize_secret(secret) if secret is not None else load_secret(secret_file)
     context = tls_context(target, ca_file, cert_file, key_file, tls_server_name)
     try:
         transport = Transport.open(target, connect_timeout=connect_timeout, ssl_context=context,
@@ -81,7 +91,7 @@ def ask_directory(
         if isinstance(exc, ConnectFailed):  # TLSFailed: the certificate
             raise
         raise ConnectFailed(f"could not connect to {target}: {exc}") from exc
-    conn = Connection(Role.CLIENT, extensions=(Extension.ENDPOINTS,), agent=CLIENT_AGENT,
+    conn = Connection(Role.CLIENT, extensions=(Extension.ENDPOINTS,), agent=CLIENT_AGENT, secret=key,
                       max_frame_bytes=max_frame_bytes)
     link = Link(transport, conn, timeout=timeout)
     try:

@@ -36,6 +36,12 @@ RECV_CHUNK = 64 * 1024
 #: Non-blocking reads per poll; what is left waits for the next read.
 MAX_POLL_READS = 64
 _HAS_SENDMSG = hasattr(socket.socket, "sendmsg")
+#: A link that died without a word (a cable pulled, a host cut off: no FIN, no RST) is found by
+#: TCP itself: keep-alive probes after this many idle seconds, this often, this many times ...
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
+#: ... and data we sent that stays unacknowledged this long (Linux ``TCP_USER_TIMEOUT``).
+#: Either ends the connection (``ConnectionLost``), which a reliable client recovers from.
+USER_TIMEOUT_S = 15
 #: Handshake failures that mean "this is not the server you trust"; never retried.
 _CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
 
@@ -90,6 +96,16 @@ def tls_context(
     return context
 
 
+def _detect_dead_links(sock: socket.socket) -> None:
+    """Keep-alive probes and a user timeout on ``sock``, as far as the OS offers them."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES), ("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 class Transport:
     """One open TCP (or TLS) connection to ``address``.
 
@@ -120,7 +136,11 @@ class Transport:
         """Connect (and do the TLS handshake when ``ssl_context`` is given), within ``connect_timeout`` each.
 
         ``TCP_NODELAY`` is set: frames are written whole, and a small reply
-        must not wait for Nagle's algorithm.
+        must not wait for Nagle's algorithm. Keep-alive probes and (where
+        the OS has them) a user timeout notice a dead link in seconds
+        (:data:`KEEPALIVE_IDLE_S`, :data:`USER_TIMEOUT_S`): a reply that
+        never comes from a live peer is :class:`ServerTimeout`, from a peer
+        that can no longer be reached, :class:`ConnectionLost`.
 
         Raises:
             TLSFailed: the server's certificate is not trusted or not made out
@@ -131,6 +151,7 @@ class Transport:
         sock = socket.create_connection((address.host, address.port), timeout=connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _detect_dead_links(sock)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=server_name or address.host)
         except _CERTIFICATE_ERRORS as exc:
@@ -187,8 +208,10 @@ class Transport:
             try:
                 self.sock.settimeout(remaining)
                 written = self.sock.sendmsg(views[i : i + _IOV_MAX]) if use_sendmsg else self.sock.send(views[i])
-            except TimeoutError:
-                raise self._send_timeout(what, timeout) from None
+            except TimeoutError as exc:
+                if exc.errno is None:  # our deadline, not the kernel's ETIMEDOUT (a dead link)
+                    raise self._send_timeout(what, timeout) from None
+                raise ConnectionLost(f"connection to {self.address} lost while sending {what}: {exc}") from exc
             except OSError as exc:
                 raise ConnectionLost(f"connection to {self.address} lost while sending {what}: {exc}") from exc
             while written:
@@ -234,8 +257,10 @@ class Transport:
                     conn.receive_data(data)
         except BlockingIOError:
             return False
-        except TimeoutError:
-            raise
+        except TimeoutError as exc:
+            if exc.errno is None:  # our deadline, not the kernel's ETIMEDOUT (a dead link)
+                raise
+            raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
         except OSError as exc:
             if ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
                 return False  # no whole TLS record yet

@@ -316,8 +316,10 @@ class Connection:
             named here.
         agent: our ``agent`` string in offers (``"rlinks-rllib/0.1.0"``).
         secret: the normalized shared secret (``protocol.auth``); ``None``:
-            no authentication. A client with a secret talks only to a server
-            that proves it knows it (a directory is not asked to).
+            no authentication. A server or directory with a secret answers
+            nothing but the handshake until the client has proved it knows
+            it; a client with a secret talks only to a peer (runner or
+            directory) that proves it knows it.
         client_id: (client) the id sent in the offer, the same across reconnects.
         max_frame_bytes: largest frame accepted from the peer once the
             handshake is done (a server and a directory take at most
@@ -330,8 +332,8 @@ class Connection:
             episodes with :func:`~.episodes.check_episode_state` next.
 
     Raises:
-        ValueError: ``auth`` named in ``extensions``, an unknown extension, a
-            ``secret`` for a directory, or a bad ``max_frame_bytes``.
+        ValueError: ``auth`` named in ``extensions``, an unknown extension,
+            or a bad ``max_frame_bytes``.
     """
 
     def __init__(
@@ -352,9 +354,6 @@ class Connection:
             raise ValueError(f"unknown extensions {sorted(unknown)}; known: {[e.value for e in Extension]}")
         if Extension.AUTH.value in names:
             raise ValueError("'auth' is offered when there is a secret; pass secret=, not the extension")
-        if secret is not None and role is Role.DIRECTORY:
-            # It would agree to 'auth' and check nothing: a client must not think it was checked.
-            raise ValueError("a directory does not authenticate its clients; pass no secret")
         if secret is not None:
             names.add(Extension.AUTH.value)
         self.role = role
@@ -817,29 +816,33 @@ class Connection:
         self.extensions = negotiate(offer, self.our_extensions)
         self.peer_is_directory = offer is not None and offer.extra.get("role") == DIRECTORY_ROLE
         self._peer_agent = "" if offer is None else offer.agent
-        if self._client_auth is not None and not self.peer_is_directory:
+        if self._client_auth is not None:
             self._send(self._client_auth.respond(offer))
             self.state = State.AUTHENTICATING
             return None  # AUTH_OK completes it
         self._client_auth = None
         return self._handshake_done(plain=offer is None)
 
-    def _accept_as_server(self, kind: MessageType, message: dict, frame_bytes: int) -> Optional[Event]:
+    def _accept_handshake(self, kind: MessageType, message: dict) -> Optional[Event]:
+        """(server, directory) ``PING``, then ``AUTH`` when we hold a secret; nothing else before."""
         if self.state is State.IDLE:
             if kind is not MessageType.PING:
                 if self._secret is not None:
                     raise AuthFailed(f"expected PING (and authentication) first, got {kind.value}")
                 raise UnsupportedMessage(f"expected PING as the first message, got {kind.value}")
             return self._on_ping(message)
-        if self.state is State.AUTHENTICATING:
-            if kind is not MessageType.AUTH:
-                raise AuthFailed(f"expected AUTH, got {kind.value}")
-            assert self._server_auth is not None
-            reply = self._server_auth.accept(message)
-            self._server_auth = None
-            event = self._handshake_done(plain=False)
-            self._send(reply)
-            return event
+        if kind is not MessageType.AUTH:
+            raise AuthFailed(f"expected AUTH, got {kind.value}")
+        assert self._server_auth is not None
+        reply = self._server_auth.accept(message)
+        self._server_auth = None
+        event = self._handshake_done(plain=False)
+        self._send(reply)
+        return event
+
+    def _accept_as_server(self, kind: MessageType, message: dict, frame_bytes: int) -> Optional[Event]:
+        if self.state in (State.IDLE, State.AUTHENTICATING):
+            return self._accept_handshake(kind, message)
         if kind in _SERVER_TO_CLIENT:
             raise UnsupportedMessage(f"{kind.value} is a server-to-client message")
         if kind is MessageType.AUTH:
@@ -874,9 +877,9 @@ class Connection:
         raise UnsupportedMessage(f"{kind.value} is not something a runner answers")
 
     def _accept_as_directory(self, kind: MessageType, message: dict) -> Optional[Event]:
+        if self.state in (State.IDLE, State.AUTHENTICATING):
+            return self._accept_handshake(kind, message)
         if kind is MessageType.PING:
-            if self.state is State.IDLE:
-                return self._on_ping(message)
             self._keep_alive()
             return None
         if kind is MessageType.GET_ENDPOINTS and self.state is State.READY:
@@ -889,7 +892,7 @@ class Connection:
         extra: dict[str, Any] = {}
         if self.role is Role.DIRECTORY:
             extra["role"] = DIRECTORY_ROLE
-        elif self._secret is not None:
+        if self._secret is not None:
             self._server_auth = ServerAuth(self._secret)
             extra.update(self._server_auth.challenge(offer))
         reply_offer = None

@@ -11,6 +11,12 @@ extension in its ``PING`` learns from the ``PONG`` that this is a directory
 ``ENDPOINTS`` with every runner, least-loaded first. A plain RLlib client
 that connects here by mistake gets an ``ERROR`` naming the runners' ports.
 
+It guards its door as a runner does: with a shared secret it answers
+nothing but the handshake until the client has proved it knows the secret
+(``auth``, PROTOCOL.md §10.3), and with a certificate it speaks only TLS.
+The learner builds it from the runners' own settings
+(:meth:`Directory.from_settings`), so one secret and one CA cover every port.
+
 The learner feeds the directory with :meth:`Directory.update` after every
 training iteration; between updates it counts its own referrals, so a burst
 of new simulators spreads over the runners instead of piling onto one.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -30,6 +37,8 @@ from ..protocol import Extension, ProtocolError, UnsupportedMessage, encode_mess
 from ..protocol import messages as msgs
 from ..protocol.connection import Connection, EndpointsRequested, Role, State
 from ..protocol.errors import ErrorCode
+from .listener import server_ssl_context
+from .settings import RLinkSettings
 
 __all__ = ["Directory", "Endpoint"]
 
@@ -59,12 +68,16 @@ class Directory:
     Args:
         host: address to listen on (the runners' host setting).
         port: the well-known port (0: any free port).
+        ssl_context: a server-side TLS context (``listener.server_ssl_context``); ``None``: plain TCP.
+        secret: the normalized shared secret clients must prove they know; ``None``: anyone may ask.
+        handshake_timeout_s: time a connection has for its TLS handshake.
 
     Raises:
         OSError: the port can't be bound.
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, ssl_context: Optional[ssl.SSLContext] = None,
+                 secret: Optional[bytes] = None, handshake_timeout_s: float = _CONNECTION_DEADLINE_S) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -76,6 +89,9 @@ class Directory:
             self._sock.close()
             raise OSError(exc.errno, f"rlinks directory: cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._ssl = ssl_context
+        self._secret = secret
+        self._handshake_timeout_s = handshake_timeout_s
         self._endpoints: list[Endpoint] = []
         self._lock = threading.Lock()
         self._connections = 0
@@ -84,11 +100,24 @@ class Directory:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rlinks-directory", daemon=True)
 
+    @classmethod
+    def from_settings(cls, settings: RLinkSettings) -> "Directory":
+        """The directory for runners with these settings: their host, base port, TLS and secret.
+
+        Raises:
+            OSError: the port can't be bound, or a TLS or secret file can't be read.
+            ssl.SSLError: a TLS file is not valid.
+            ValueError: ``auth="on"`` without a secret, or a malformed secret.
+        """
+        return cls(settings.host, settings.port, ssl_context=server_ssl_context(settings),
+                   secret=settings.auth_secret(), handshake_timeout_s=settings.handshake_timeout_s)
+
     def start(self, timeout: float = 10.0) -> "Directory":
         self._thread.start()
         if not self._ready.wait(timeout):
             raise RuntimeError("rlinks directory did not start")
-        logger.info("rlinks directory on %s:%d", *self.address)
+        logger.info("rlinks directory on %s:%d (%s, %s)", *self.address, "TLS" if self._ssl else "plain TCP",
+                    "shared-secret authentication" if self._secret is not None else "no authentication")
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -116,7 +145,8 @@ class Directory:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, sock=self._sock))
+        tls = {"ssl": self._ssl, "ssl_handshake_timeout": self._handshake_timeout_s} if self._ssl else {}
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, sock=self._sock, **tls))
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -140,7 +170,7 @@ class Directory:
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Drive one :class:`Connection` in the directory role until the client leaves or errs."""
         conn = Connection(Role.DIRECTORY, extensions=[Extension.ENDPOINTS], agent=SERVER_AGENT,
-                          max_frame_bytes=_MAX_MESSAGE_BYTES)
+                          secret=self._secret, max_frame_bytes=_MAX_MESSAGE_BYTES)
         while True:
             data = await reader.read(65536)
             if data:
@@ -152,6 +182,7 @@ class Directory:
                     if isinstance(event, EndpointsRequested):
                         conn.send_endpoints(self._refer())
             except UnsupportedMessage:
+                # (With a secret, only a client that proved it knows it gets this far.)
                 where = ", ".join(f"{e.host}:{e.port}" for e in self.endpoints()) or "none yet"
                 conn.send_error(
                     ErrorCode.UNSUPPORTED_MESSAGE,
@@ -159,6 +190,8 @@ class Directory:
                     "or use an rlinks client, which asks here where to go",
                 )
             except ProtocolError as exc:
+                logger.warning("rlinks directory: refused %s: %s (%s)", writer.get_extra_info("peername"),
+                               exc, exc.code)
                 conn.send_error(exc.code, str(exc))
             for part in conn.data_to_send():
                 writer.write(part)

@@ -7,23 +7,28 @@ reward was reached (or none was set), 2 when the iteration cap came first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from .config_file import build_algorithm_config, load_spec
 from .report import format_row, plot_curve, row_from_result, write_csv
 
-__all__ = ["LearnerOptions", "run_learner", "EXIT_OK", "EXIT_TARGET_MISSED"]
+__all__ = ["LearnerOptions", "run_learner", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
 
 logger = logging.getLogger("rlinks_rllib.learner")
 
 EXIT_OK = 0
 EXIT_TARGET_MISSED = 2
+#: Stopped by SIGTERM (``ray job stop``) after finishing the iteration under way and checkpointing.
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 @dataclass
@@ -81,26 +86,41 @@ def _init_ray(config) -> None:
                  num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)))
 
 
-def _clients_per_runner(algo) -> dict[int, int]:
-    """Connected clients by worker index, for the live view and the directory."""
+#: How long the learner waits for its runners to say where they are and how busy (one may be cut off).
+_ASK_RUNNERS_TIMEOUT_S = 10.0
+
+
+def _live_runners(algo) -> list:
+    """Every runner that answered: where it listens now and how many clients it has.
+
+    Asked after every iteration, since RLlib may have restarted a runner on
+    another node (a new address), and a runner that is down or cut off (no
+    answer within the timeout) must not be handed to simulators.
+    """
+    from ..server.directory import Endpoint
+
+    def describe(runner):
+        address = runner.get_address()
+        clients = runner.get_transport_stats().get("clients_connected", 0)
+        return None if address is None else Endpoint(runner.worker_index, address[0], address[1], clients)
+
     group = algo.env_runner_group
     if group.num_remote_env_runners() == 0:
-        local = group.local_env_runner
-        return {local.worker_index: local.get_transport_stats().get("clients_connected", 0)}
-    found = group.foreach_env_runner(
-        lambda r: (r.worker_index, r.get_transport_stats().get("clients_connected", 0)), local_env_runner=False
-    )
-    return dict(found)
+        found = [describe(group.local_env_runner)]
+    else:
+        found = group.foreach_env_runner(describe, local_env_runner=False, timeout_seconds=_ASK_RUNNERS_TIMEOUT_S)
+    return sorted((e for e in found if e is not None), key=lambda e: e.worker_index)
 
 
 def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Callable[[str], None]):
     """The one address for simulators, on the base port, when there are remote runners."""
     from ..server.directory import Directory, Endpoint
+    from ..server.settings import RLinkSettings
 
     if algo.env_runner_group.num_remote_env_runners() == 0:
         return None
-    settings = algo.config.env_config
-    directory = Directory(settings.get("host", "127.0.0.1"), int(settings.get("port", 0))).start()
+    # The runners' own settings: the same host, TLS certificate and secret guard this port too.
+    directory = Directory.from_settings(RLinkSettings.from_env_config(algo.config.env_config)).start()
     directory.update([Endpoint(i, h, p) for i, h, p in addresses])
     host, port = directory.address
     if host in ("0.0.0.0", "::"):
@@ -110,6 +130,41 @@ def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Call
     directory.public_address = (host, port)
     print_fn(f"simulators connect to {host}:{port} (picks the least-loaded runner), or to a runner directly:")
     return directory
+
+
+def _note_moves(addresses: list[tuple[int, str, int]], runners: list, output: Path,
+                print_fn: Callable[[str], None]) -> None:
+    """Say so (and rewrite endpoints.json) when a runner came back somewhere else."""
+    known = {i: (h, p) for i, h, p in addresses}
+    moved = [e for e in runners if known.get(e.worker_index, (e.host, e.port)) != (e.host, e.port)]
+    for e in moved:
+        print_fn(f"  runner {e.worker_index} moved: {e.host}:{e.port}")
+        addresses[:] = [(i, h, p) if i != e.worker_index else (i, e.host, e.port) for i, h, p in addresses]
+    if moved:
+        _write_endpoints(output, addresses)
+
+
+def _write_endpoints(output: Path, addresses: list[tuple[int, str, int]]) -> None:
+    (output / "endpoints.json").write_text(json.dumps(
+        [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses], indent=2))
+
+
+@contextlib.contextmanager
+def _sigterm_sets(flag: threading.Event) -> Iterator[None]:
+    """While inside, SIGTERM sets ``flag`` instead of ending the process (main thread only).
+
+    ``ray job stop`` sends SIGTERM: the learner then finishes the iteration
+    under way, so every batch its runners confirmed to clients is trained
+    and in the checkpoint it writes before exiting.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: flag.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_learner(
@@ -149,11 +204,9 @@ def run_learner(
         addresses = runner_addresses(algo)
         print_fn(f"{spec.algorithm} learner ready")
         directory = _start_directory(algo, addresses, print_fn)
-        from ..server.directory import Endpoint
         if directory is None:
             print_fn("simulators connect to:")
-        (output / "endpoints.json").write_text(json.dumps(
-            [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses], indent=2))
+        _write_endpoints(output, addresses)
         if directory is not None:
             host, port = directory.public_address
             (output / "directory.json").write_text(json.dumps({"host": host, "port": port}))
@@ -163,29 +216,20 @@ def run_learner(
             on_ready(addresses, directory.public_address if directory is not None else None)
 
         rows: list[dict] = []
-        started = time.monotonic()
-        reached = stop_reward is None
-        for iteration in range(1, stop_iters + 1):
-            result = algo.train()
-            clients = _clients_per_runner(algo)
-            if directory is not None:
-                directory.update([Endpoint(i, h, p, clients.get(i, 0)) for i, h, p in addresses])
-            row = row_from_result(result, time_s=time.monotonic() - started, clients=sum(clients.values()),
-                                  previous=rows[-1] if rows else None)
-            rows.append(row)
-            print_fn(format_row(row))
-            write_csv(rows, output / "progress.csv")
-            if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:
-                algo.save_to_path(str(output / "checkpoint"))
-            if stop_reward is not None and row["episode_return_mean"] >= stop_reward:
-                reached = True
-                break
-
+        terminated = threading.Event()
+        with _sigterm_sets(terminated):
+            rows = _train(algo, opts, rows, directory, addresses, output, stop_reward, stop_iters, terminated,
+                          print_fn)
+        reached = stop_reward is None or bool(rows) and rows[-1]["episode_return_mean"] >= stop_reward
         algo.save_to_path(str(output / "checkpoint"))
         if rows:
             plot_curve(rows, output / "learning_curve.png", target=stop_reward,
                        title=f"{spec.algorithm} via rlinks-rllib ({Path(spec.path).name})")
         last = rows[-1]["episode_return_mean"] if rows else float("nan")
+        if terminated.is_set():
+            print_fn(f"terminated (SIGTERM) after {len(rows)} iterations, mean return {last:.1f}; "
+                     f"checkpoint in {output / 'checkpoint'}")
+            return EXIT_TERMINATED
         if reached:
             print_fn(f"done: mean return {last:.1f} after {len(rows)} iterations; results in {output}")
             return EXIT_OK
@@ -196,3 +240,26 @@ def run_learner(
         if directory is not None:
             directory.stop()
         algo.stop()
+
+
+def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: list[tuple[int, str, int]],
+           output: Path, stop_reward: Optional[float], stop_iters: int, terminated: threading.Event,
+           print_fn: Callable[[str], None]) -> list[dict]:
+    """The training loop: until the stop reward, the iteration cap, or SIGTERM (after the iteration under way)."""
+    started = time.monotonic()
+    for iteration in range(1, stop_iters + 1):
+        result = algo.train()
+        runners = _live_runners(algo)
+        if directory is not None:
+            directory.update(runners)
+            _note_moves(addresses, runners, output, print_fn)
+        row = row_from_result(result, time_s=time.monotonic() - started,
+                              clients=sum(e.clients for e in runners), previous=rows[-1] if rows else None)
+        rows.append(row)
+        print_fn(format_row(row))
+        write_csv(rows, output / "progress.csv")
+        if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:
+            algo.save_to_path(str(output / "checkpoint"))
+        if terminated.is_set() or (stop_reward is not None and row["episode_return_mean"] >= stop_reward):
+            break
+    return rows

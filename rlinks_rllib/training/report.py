@@ -9,31 +9,39 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 from pathlib import Path
 from typing import Iterable
 
 __all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
 
-COLUMNS = ("iteration", "env_steps", "episode_return_mean", "time_s", "steps_per_s", "clients",
+COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
            "weights_seq_no", "policy_lag_max")
+
+
+def _count(value) -> int:
+    """An RLlib metric as a count; 0 for a missing one or NaN (an iteration where no runner answered)."""
+    return int(value) if isinstance(value, numbers.Real) and value == value and value else 0
 
 
 def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict | None) -> dict:
     """One row of the run's table from an ``algo.train()`` result."""
     runners = result.get("env_runners", {})
     rlinks = runners.get("rlinks", {})
-    steps = int(runners.get("num_env_steps_sampled_lifetime", 0) or 0)
+    steps = _count(runners.get("num_env_steps_sampled_lifetime"))
     dt = time_s - (previous["time_s"] if previous else 0.0)
     ds = steps - (previous["env_steps"] if previous else 0)
     return {
         "iteration": int(result.get("training_iteration", 0)),
         "env_steps": steps,
+        # What the runners' sample() handed to this iteration's training step (NaN when none answered).
+        "env_steps_iter": _count(runners.get("num_env_steps_sampled")),
         "episode_return_mean": float(runners.get("episode_return_mean", math.nan)),
         "time_s": round(time_s, 3),
         "steps_per_s": round(ds / dt, 1) if dt > 0 else 0.0,
         "clients": clients,
-        "weights_seq_no": int(rlinks.get("weights_seq_no", 0) or 0),
-        "policy_lag_max": float(rlinks.get("policy_lag_max", 0) or 0),
+        "weights_seq_no": _count(rlinks.get("weights_seq_no")),
+        "policy_lag_max": float(_count(rlinks.get("policy_lag_max"))),
     }
 
 

@@ -381,7 +381,8 @@ void Client::handshake() {
   }
   const Value* role = offer ? offer->get("role") : nullptr;
   is_directory_ = role != nullptr && role->is_str() && role->as_str() == kDirectoryRole;
-  if (!options_.secret.empty() && !is_directory_) authenticate(client_nonce, offer);
+  // A directory with the secret proves it like a runner (PROTOCOL.md 10.4).
+  if (!options_.secret.empty()) authenticate(client_nonce, offer);
 }
 
 void Client::authenticate(const Bytes& client_nonce, const std::optional<Offer>& server_offer) {
