@@ -82,7 +82,7 @@ from ..protocol.connection import (
     Role,
     StateReceived,
 )
-from ..protocol.episodes import episode_len
+from ..protocol.multi_agent import chunk_steps
 from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
@@ -947,7 +947,7 @@ class RLinkClient:
             if not isinstance(episode, dict):
                 raise TypeError(f"episodes[{i}] must be an episode state dict, got {type(episode).__name__}")
             states.append(episode)
-        steps = sum(episode_len(state) for state in states)
+        steps = sum(chunk_steps(state) for state in states)
         if timesteps is None:
             timesteps = steps
         elif type(timesteps) is not int or timesteps < 0:

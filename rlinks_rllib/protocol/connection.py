@@ -73,6 +73,7 @@ from .messages import ack as ack_message
 from .messages import ping as ping_message
 from .messages import pong as pong_message
 from .served import ActRows, act_message, actions_message, read_act, read_actions
+from .multi_agent import read_module_states
 from .weights import read_state
 from .window import AckWindow, Batch
 
@@ -215,7 +216,8 @@ class StateReceived:
     """(client) ``SET_STATE``: weights.
 
     Attributes:
-        params: parameter name -> array (read-only views of the frame where large).
+        params: parameter name -> array (read-only views of the frame where large);
+            with ``multi_agent`` agreed, module id -> such a map, for every module.
         seq_no: the learner's ``weights_seq_no``.
         want_steps: env steps the server wants next (``want_steps`` agreed), else ``None``.
     """
@@ -793,7 +795,10 @@ class Connection:
         if kind is MessageType.SET_STATE:
             if self.state is State.AWAITING_WEIGHTS and MessageType.SET_STATE not in self._owed:
                 self.state = State.READY
-            params, seq_no = read_state(message["state"])
+            if self.speaks(Extension.MULTI_AGENT):
+                params, seq_no = read_module_states(message["state"])
+            else:
+                params, seq_no = read_state(message["state"])
             want = message.get("want_steps") if self.speaks(Extension.WANT_STEPS) else None
             return StateReceived(params, seq_no, want)
         if kind is MessageType.ACTIONS:

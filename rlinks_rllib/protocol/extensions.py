@@ -52,6 +52,8 @@ class Extension(str, enum.Enum):
     #: The client sends observations (``ACT``) and the server answers with
     #: actions (``ACTIONS``): for a simulator that can't run the policy.
     SERVED_ACTIONS = "served_actions"
+    #: Multi-agent episode chunks, config and weight sets (``protocol.multi_agent``).
+    MULTI_AGENT = "multi_agent"
 
 
 @dataclass(frozen=True)

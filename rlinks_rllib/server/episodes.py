@@ -89,3 +89,7 @@ class EpisodeIngest:
             episodes.append(episode)
             steps += len(episode)
         return episodes, steps
+
+
+#: ``check_episode_state`` keyword rules that hold data to a pair of spaces (the multi-agent ingest's, per module).
+space_rules = _space_rules

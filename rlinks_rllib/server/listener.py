@@ -154,6 +154,8 @@ class RLinkServer:
             served episodes are cut into the inbox every that many steps).
         served: how to compute actions; ``None`` (or the setting
             ``served_actions`` off): ``served_actions`` is never agreed.
+        multi_agent: the runner serves a multi-agent config: agree to
+            ``multi_agent`` (the ingest takes multi-agent chunks).
 
     Raises:
         OSError: the port can't be bound, or a TLS or secret file can't be read.
@@ -174,6 +176,7 @@ class RLinkServer:
         on_policy: bool,
         fragment_steps: Optional[int] = None,
         served: Optional[ServedPolicy] = None,
+        multi_agent: bool = False,
     ) -> None:
         self.settings = settings
         self.stats = ServerStats()
@@ -196,6 +199,8 @@ class RLinkServer:
         self.auth_secret: Optional[bytes] = settings.auth_secret()
         #: What a session agrees to at most (``auth`` comes with the secret).
         self.extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
+        if multi_agent:
+            self.extensions |= {Extension.MULTI_AGENT.value}
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
         self._ssl = server_ssl_context(settings)

@@ -75,13 +75,16 @@ def log_sampled(metrics: MetricsLogger, steps: int, episodes_done: int) -> None:
     metrics.log_value(NUM_EPISODES_LIFETIME, episodes_done, reduce="lifetime_sum")
 
 
-def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float, window: int) -> None:
-    """One finished episode, into RLlib's episode metrics."""
+def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float, window: int, *,
+                agents: dict[str, float] | None = None, modules: dict[str, float] | None = None) -> None:
+    """One finished episode, into RLlib's episode metrics (``agents``/``modules``: returns per id, multi-agent)."""
     metrics.log_value(EPISODE_LEN_MEAN, length, window=window)
     metrics.log_value(EPISODE_RETURN_MEAN, ret, window=window)
     metrics.log_value(EPISODE_DURATION_SEC_MEAN, duration, window=window)
-    metrics.log_value((EPISODE_AGENT_RETURN_MEAN, DEFAULT_AGENT_ID), ret, window=window)
-    metrics.log_value((EPISODE_MODULE_RETURN_MEAN, DEFAULT_MODULE_ID), ret, window=window)
+    for agent_id, value in (agents or {DEFAULT_AGENT_ID: ret}).items():
+        metrics.log_value((EPISODE_AGENT_RETURN_MEAN, agent_id), value, window=window)
+    for module_id, value in (modules or {DEFAULT_MODULE_ID: ret}).items():
+        metrics.log_value((EPISODE_MODULE_RETURN_MEAN, module_id), value, window=window)
     metrics.log_value(EPISODE_LEN_MIN, length, reduce="min", window=window)
     metrics.log_value(EPISODE_RETURN_MIN, ret, reduce="min", window=window)
     metrics.log_value(EPISODE_LEN_MAX, length, reduce="max", window=window)
