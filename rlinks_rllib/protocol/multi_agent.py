@@ -39,7 +39,7 @@ state whose data lists, for every tick of the chunk, the agent's step index
 or ``"S"`` (skipped). It is accepted where it is sane: lookback 0, one entry
 per tick, indices increasing; the hanging-action fields (``_hanging_*``) must
 be empty or nil, and ``agent_to_module_mapping_fn``, ``observation_space``,
-``action_space`` nil (Python objects; never read from the network).
+``action_space`` nil or empty (Python objects; never read from the network).
 
 The ``SET_CONFIG`` description of a multi-agent runner adds (``protocol.config``)::
 
@@ -282,7 +282,7 @@ def check_multi_agent_state(
             raise ep.EpisodeError(f"{key}: hanging actions and rewards are not accepted; "
                                   "send each agent's steps complete (PROTOCOL.md 7.6)")
     for key in _PYTHON_ONLY:
-        if state.get(key) is not None:
+        if state.get(key):  # RLlib's own states hold empty maps here when no spaces were set
             raise ep.EpisodeError(f"{key}: must be nil (Python objects are never read from the network)")
     pairs = state.get(AGENT_EPISODES)
     if not isinstance(pairs, list):
