@@ -203,3 +203,37 @@ def test_multi_agent_config_and_weight_set_forms():
     assert set(params) == {"a", "b"} and seq == 3
     with pytest.raises(WeightsError):
         read_module_states({"rl_module": {"a": {"w": "x"}}, "weights_seq_no": 3})
+
+
+def _vector_messages(name):
+    from pathlib import Path
+
+    from rlinks_rllib.protocol.framing import FrameDecoder
+
+    decoder = FrameDecoder()
+    data = (Path(__file__).parent / "vectors" / f"{name}.bin").read_bytes()
+    return decoder.feed(data)
+
+
+def test_the_vectors_two_forms_of_one_chunk_check_the_same():
+    vector_rules = {"seeker": dict(obs_shape=(2,), obs_dtype=np.dtype(np.float32), num_actions=3),
+                    "signal": dict(obs_shape=(3,), obs_dtype=np.dtype(np.float32), num_actions=3)}
+    mapping = AgentMapping([["seeker_*", "seeker"], ["signal_*", "signal"]])
+
+    def check(name):
+        (message,) = _vector_messages(name)
+        (chunk,) = message["episodes"]
+        return check_multi_agent_state(chunk, lambda a, m: (mapping.module_for(a), vector_rules[mapping.module_for(a)]),
+                                       required_extra=("action_logp", "action_dist_inputs"))
+
+    compact, rllib = check("valid_episodes_multi_agent"), check("valid_episodes_multi_agent_rllib")
+    for checked in (compact, rllib):
+        assert (checked.env_steps, checked.agent_steps, checked.is_truncated) == (4, 4 + 2 + 2, True)
+        assert {a.agent_id: a.env_t.tolist() for a in checked.agents} == {
+            "seeker_0": [0, 1, 2, 3, 4], "signal_0": [0, 2, 4], "seeker_1": [2, 3, 4]}
+    (config,) = _vector_messages("valid_set_config_multi_agent")
+    ma = read_multi_agent_config(config["config"])
+    assert ma.mapping == mapping and not ma.modules["signal"].trained
+    (state,) = _vector_messages("valid_set_state_multi_agent")
+    params, seq = read_module_states(state["state"])
+    assert set(params) == {"seeker", "signal"} and seq == 3
