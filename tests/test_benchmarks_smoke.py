@@ -70,3 +70,9 @@ def test_bench_served_quick():
     for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
                   "ratio RLlib-quoted one-at-a-time / ours unbatched"):
         assert ratio in out, out
+
+
+def test_bench_multi_agent_quick():
+    out = run_quick("bench_multi_agent.py")
+    assert "ratio multi-agent/single-agent agent steps/s, 1 client(s)" in out, out
+    assert "ERROR" not in out, out
