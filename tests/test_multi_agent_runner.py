@@ -28,7 +28,7 @@ UPDATES = 3
 EPISODE_TICKS = 12
 
 
-def ma_config():
+def ma_config(mapping=MAPPING):
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.policy.policy import PolicySpec
@@ -38,7 +38,7 @@ def ma_config():
         .environment(env_config={"port": 0})
         .env_runners(env_runner_cls=RLinkEnvRunner, num_env_runners=0, sample_timeout_s=30.0)
         .multi_agent(policies={m: PolicySpec(observation_space=o, action_space=a) for m, (o, a) in SPACES.items()},
-                     policy_mapping_fn=MAPPING, policies_to_train=["mover"])
+                     policy_mapping_fn=mapping, policies_to_train=["mover"])
         .training(train_batch_size_per_learner=120, minibatch_size=60, num_epochs=2, lr=0.01)
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[16]))
         .debugging(seed=0)
@@ -76,16 +76,17 @@ class ComingAndGoing:
         return obs, rewards, terminateds, {ALL: self.t >= EPISODE_TICKS}
 
 
-def run_client(address, out):
+def run_client(address, out, updates=UPDATES):
     with RLinkClient(address, extensions=MULTI_AGENT_EXTENSIONS, timeout=120) as client:
         multi_agent = read_multi_agent_config(client.get_config())
         update = client.get_state()
         out["weights"] = [update.params]
-        policies = PolicySet(multi_agent, update.params, rng=np.random.default_rng(0))
+        out["mapping"] = multi_agent.mapping
+        policies = PolicySet(multi_agent, update.params, ask=client.get_modules, rng=np.random.default_rng(0))
         builder = out["builder"] = MultiAgentEpisodeBuilder(module_for=policies.module_for)
         env = ComingAndGoing()
         builder.reset(env.reset())
-        for _ in range(UPDATES):
+        for _ in range(updates):
             while builder.num_steps < update.want_steps:
                 outputs = policies.compute_actions(builder.observations_to_act())
                 obs, rewards, terminateds, truncateds = env.step({a: int(o.action) for a, o in outputs.items()})
@@ -193,3 +194,34 @@ def test_joining_leaving_turn_based_agents_and_a_frozen_policy(ray_local):
     assert set(runners["module_episode_returns_mean"]) == {"mover", "turner"}
     assert runners["rlinks"]["module_policy_lag_max"] == {"mover": 0, "turner": 0}
     assert runners["rlinks"]["errors"]["bad_episode"] >= len(HOSTILE)
+
+
+def python_mapping(agent_id, episode, **kwargs):
+    """A mapping only Python can say: no table goes to the client, which asks per new agent."""
+    if agent_id.startswith("turn_"):
+        return "turner"
+    if agent_id.startswith("mover_") and agent_id[-1].isdigit():
+        return "mover"
+    raise KeyError(agent_id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_python_mapping_function_is_told_to_the_client_per_agent(ray_local):
+    with running(ma_config(python_mapping).build_algo()) as algo:
+        runner = algo.env_runner_group.local_env_runner
+        address = "%s:%d" % runner.address
+        out: dict = {}
+        thread = threading.Thread(target=run_client, args=(address, out, 1), daemon=True)
+        thread.start()
+        result = algo.train()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        with RLinkClient(address, extensions=MULTI_AGENT_EXTENSIONS, timeout=30) as client:
+            assert client.get_modules(["turn_x", "mover_9"]) == {"turn_x": "turner", "mover_9": "mover"}
+            with pytest.raises(ServerError, match="'robot_1'.*policy_mapping_fn") as refused:
+                client.get_modules(["robot_1"])
+            assert refused.value.code == "bad_episode"
+    assert out["mapping"] is None and len(out["weights"]) == 2
+    assert set(result["env_runners"]["module_episode_returns_mean"]) <= {"mover", "turner"}
+    assert result["env_runners"]["num_env_steps_sampled"] > 0

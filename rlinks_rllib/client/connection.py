@@ -79,6 +79,7 @@ from ..protocol.connection import (
     ConfigReceived,
     Connection,
     HandshakeDone,
+    ModulesReceived,
     Role,
     StateReceived,
 )
@@ -534,6 +535,22 @@ class RLinkClient:
         return _weights(self._run("get_state", lambda: self._ask(
             Connection.send_get_state, "GET_STATE", StateReceived, "SET_STATE (after GET_STATE)"
         )))
+
+    def get_modules(self, agents: Iterable[str]) -> dict[str, str]:
+        """Which module acts for each of ``agents`` (``GET_MODULES``, ``multi_agent`` agreed).
+
+        For a runner whose ``SET_CONFIG`` has no agent mapping table (it maps
+        agents with a Python function): ask when an agent first appears.
+
+        Raises:
+            ServerError: an agent the runner's mapping does not know (``bad_episode``).
+            ConnectFailed, ConnectionLost, ServerTimeout, ProtocolViolation, ClientClosed.
+        """
+        agents = list(agents)
+        event = self._run("get_modules", lambda: self._ask(
+            lambda conn: conn.send_get_modules(agents), "GET_MODULES", ModulesReceived, "MODULES (after GET_MODULES)"
+        ))
+        return event.modules
 
     def send_episodes(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> Optional[int]:
         """Send a batch of episode chunks (off-policy); returns its ``seq`` (``None`` without ``ack``).

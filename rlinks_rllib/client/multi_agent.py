@@ -15,7 +15,7 @@ No Ray, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -29,6 +29,9 @@ from .sampling import PolicyOutput
 
 __all__ = ["MULTI_AGENT_EXTENSIONS", "PolicySet", "read_multi_agent_config"]
 
+#: Agents whose module the runner named that a PolicySet remembers at most.
+_MAX_TOLD = 65_536
+
 #: What a multi-agent client offers: the defaults plus ``multi_agent``.
 MULTI_AGENT_EXTENSIONS = (*DEFAULT_EXTENSIONS, Extension.MULTI_AGENT.value)
 
@@ -39,21 +42,25 @@ class PolicySet:
     Args:
         config: the runner's ``multi_agent`` description (:func:`read_multi_agent_config`).
         params: module id -> weights, as ``SET_STATE`` brings them.
-        mapping: the agent mapping to use when the runner sends none (it
-            then uses a Python function of its own; give the same rule here).
+        ask: for a runner that sends no mapping table (it maps agents with a
+            Python function): agent ids -> their modules, asked once per new
+            agent (``RLinkClient.get_modules``).
         policy_kwargs: passed to every :class:`NumpyPolicy` (``fcnet_activation``, ``rng``, ...).
 
     Raises:
-        ValueError: no mapping from either side, or ``params`` lacks a module.
+        ValueError: neither a mapping table nor ``ask``, or ``params`` lacks a module.
         UnsupportedModelError: a module's weights are not RLlib's default MLP.
     """
 
     def __init__(self, config: MultiAgentConfig, params: Mapping[str, Mapping[str, Any]], *,
-                 mapping: Optional[AgentMapping] = None, **policy_kwargs: Any) -> None:
+                 ask: Optional[Callable[[list[str]], dict[str, str]]] = None, **policy_kwargs: Any) -> None:
         self.config = config
-        self.mapping = config.mapping or mapping
-        if self.mapping is None:
-            raise ValueError("the runner maps agents with a Python function: pass `mapping` with the same rule")
+        self.mapping: Optional[AgentMapping] = config.mapping
+        if self.mapping is None and ask is None:
+            raise ValueError("the runner maps agents with a Python function: pass `ask` (RLinkClient.get_modules)")
+        self._ask = ask
+        #: Modules the runner named for agents (no mapping table), kept for the connection's life.
+        self._told: dict[str, str] = {}
         missing = sorted(set(config.modules) - set(params))
         if missing:
             raise ValueError(f"the weight set lacks modules {missing}")
@@ -63,8 +70,24 @@ class PolicySet:
         }
 
     def module_for(self, agent_id: str) -> str:
-        """The module of ``agent_id`` (raises ``UnknownAgent`` when no pattern matches)."""
-        return self.mapping.module_for(agent_id)
+        """The module of ``agent_id``: from the table (``UnknownAgent`` when no pattern matches), or asked once."""
+        if self.mapping is not None:
+            return self.mapping.module_for(agent_id)
+        if agent_id not in self._told:
+            self.learn_modules([agent_id])
+        return self._told[agent_id]
+
+    def learn_modules(self, agent_ids: list[str]) -> None:
+        """Ask the runner (one round trip) for the modules of the agents not known yet; no-op with a table."""
+        unknown = [a for a in dict.fromkeys(agent_ids) if a not in self._told]
+        if self.mapping is None and unknown:
+            told = self._ask(unknown)
+            missing = [a for a in unknown if told.get(a) not in self.policies]
+            if missing:
+                raise ValueError(f"the runner named no served module for agents {missing[:4]}")
+            if len(self._told) + len(unknown) > _MAX_TOLD:
+                self._told.clear()  # agent ids that come and go forever: forget old ones, ask again if needed
+            self._told.update((a, told[a]) for a in unknown)
 
     def set_params(self, params: Mapping[str, Mapping[str, Any]]) -> None:
         """New weights for every module in ``params`` (a frozen one gets the same weights again)."""
@@ -79,6 +102,7 @@ class PolicySet:
         The agents of one module are stacked into one batch and computed in one call.
         """
         by_module: dict[str, list[str]] = {}
+        self.learn_modules(list(obs))
         for agent_id in obs:
             by_module.setdefault(self.module_for(agent_id), []).append(agent_id)
         out: dict[str, PolicyOutput] = {}

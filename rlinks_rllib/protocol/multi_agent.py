@@ -89,6 +89,8 @@ __all__ = [
     "check_multi_agent_state",
     "read_multi_agent_config",
     "read_module_states",
+    "check_agent_ids",
+    "read_modules",
 ]
 
 ENV_T_STARTED = "env_t_started"
@@ -459,6 +461,34 @@ def read_multi_agent_config(description: Mapping[str, Any]) -> Optional[MultiAge
         raise InvalidMessage(f"SET_CONFIG 'multi_agent.count_steps_by' must be {COUNT_ENV_STEPS!r} "
                              f"or {COUNT_AGENT_STEPS!r}")
     return MultiAgentConfig(modules, None if mapping is None else AgentMapping.from_wire(mapping), count_by)
+
+
+def check_agent_ids(agents: Any, error: type[Exception]) -> list[str]:
+    """``agents`` of a ``GET_MODULES``, checked: 1 to :data:`MAX_AGENTS` ids of 1-256 chars.
+
+    Raises:
+        error: (the caller's class) anything else.
+    """
+    if not isinstance(agents, list) or not 0 < len(agents) <= MAX_AGENTS:
+        raise error(f"GET_MODULES 'agents' must list 1 to {MAX_AGENTS} agent ids")
+    for agent_id in agents:
+        if type(agent_id) is not str or not 0 < len(agent_id) <= ep.MAX_ID_LENGTH:
+            raise error(f"GET_MODULES 'agents' must be strings of 1-{ep.MAX_ID_LENGTH} chars, got {agent_id!r:.80}")
+    return agents
+
+
+def read_modules(raw: Any) -> dict[str, str]:
+    """The ``modules`` of a ``MODULES`` answer: agent id -> module id.
+
+    Raises:
+        InvalidMessage: not a map of strings.
+    """
+    if not isinstance(raw, dict) or len(raw) > MAX_AGENTS:
+        raise InvalidMessage(f"MODULES 'modules' must map at most {MAX_AGENTS} agent ids to module ids")
+    for agent_id, module_id in raw.items():
+        if type(agent_id) is not str or type(module_id) is not str:
+            raise InvalidMessage("MODULES 'modules' must map strings to strings")
+    return raw
 
 
 def read_module_states(state: Mapping[str, Any]) -> tuple[dict[str, dict[str, np.ndarray]], int]:

@@ -122,6 +122,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 fragment_steps=self._target_steps,
                 served=self._served_policy(),
                 multi_agent=self._multi_agent is not None,
+                modules_for=None if self._multi_agent is None else self._multi_agent.module_of,
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
             self.server.start()

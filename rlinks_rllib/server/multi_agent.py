@@ -119,6 +119,10 @@ class MultiAgentSetup:
             raise EpisodeError(f"agent {agent_id!r}: module_id {claimed!r:.80} is {served}")
         return module_id, self._rules[module_id]
 
+    def module_of(self, agent_id: str) -> str:
+        """The module that serves ``agent_id`` (``GET_MODULES``); raises InvalidMessage as :meth:`module_for`."""
+        return self.module_for(agent_id, None)[0]
+
     def describe(self, weights_layout: dict) -> dict:
         """The ``multi_agent`` part of the ``SET_CONFIG`` description."""
         modules = {module_id: ModuleConfig(describe_space(obs), describe_space(act), module_id in self.trained)
