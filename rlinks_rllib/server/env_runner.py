@@ -16,7 +16,9 @@ simulators connect to a runner, run the policy themselves, and send episodes;
 weights back. A simulator that can't run the policy sends observations
 instead and gets actions back (``served_actions``): the runner computes them
 with its own module (:mod:`.forward`) and records those episodes itself.
-See :mod:`.settings` for every ``env_config`` key.
+A multi-agent config (``config.multi_agent(policies=..., policy_mapping_fn=...)``)
+is served as well: its clients send multi-agent chunks and get every module's
+weights (:mod:`.multi_agent`). See :mod:`.settings` for every ``env_config`` key.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ of each part, one section each::
     rlinks: {host: 127.0.0.1, port: 5555}
     stop: {reward: 450, iters: 60}
 
+A multi-agent config replaces ``spaces`` by a ``multi_agent`` section: its
+modules with their spaces, the agent mapping table, which modules train
+(see :func:`_multi_agent`, and ``configs/ppo_multi_agent.yaml``).
+
 Every mistake is reported with the file, line and key that caused it, as
 :class:`ConfigFileError`, so ``rlinks learner`` can print one clear line.
 """
