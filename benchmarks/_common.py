@@ -355,3 +355,31 @@ def kill_group(pgid: int) -> None:
 
 def now() -> float:
     return time.perf_counter()
+
+
+def run_in_process(target: Any, args: tuple, limit: float) -> dict:
+    """Run ``target(*args, send)`` in a fresh forked process; return what it sends, or ``{"error": ...}``.
+
+    ``target`` sends one result dict through ``send`` (a pipe end). A process
+    that sends nothing within ``limit`` seconds, or dies, is reported as an
+    error; whatever it left behind (its process group) is ended.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(*args, send))
+    proc.start()
+    send.close()
+    try:
+        if receive.poll(limit):
+            return receive.recv()
+        return {"error": f"no result within {limit:.0f} s"}
+    except EOFError:
+        return {"error": f"case process died (exit code {proc.exitcode})"}
+    finally:
+        receive.close()
+        proc.join(15.0)
+        if proc.is_alive():
+            kill_group(proc.pid)
+            stop_process(proc, timeout=5.0)

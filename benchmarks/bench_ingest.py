@@ -72,7 +72,6 @@ from _common import (  # noqa: E402
     Payload,
     cartpole_payloads,
     image_payload,
-    kill_group,
     make_test_certificates,
     median,
     median_ratio,
@@ -80,8 +79,8 @@ from _common import (  # noqa: E402
     print_table,
     read_frame,
     rllib_frame,
+    run_in_process,
     set_seq,
-    stop_process,
     stop_processes,
 )
 from rlinks_rllib.protocol import Extension, encode_message, make_offer  # noqa: E402
@@ -424,24 +423,7 @@ def run_case(case: Case, payload: Payload, timing: Timing, certs: dict[str, str]
 
     ``certs``: :func:`make_test_certificates`' files, needed by TLS cases.
     """
-    ctx = mp.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_case_main, args=(case, payload, timing, certs, send))
-    proc.start()
-    send.close()
-    limit = timing.warmup_s + timing.window_s + CASE_SLACK_S
-    try:
-        if receive.poll(limit):
-            return receive.recv()
-        return {"error": f"no result within {limit:.0f} s"}
-    except EOFError:
-        return {"error": f"case process died (exit code {proc.exitcode})"}
-    finally:
-        receive.close()
-        proc.join(15.0)
-        if proc.is_alive():
-            kill_group(proc.pid)
-            stop_process(proc, timeout=5.0)
+    return run_in_process(_case_main, (case, payload, timing, certs), timing.warmup_s + timing.window_s + CASE_SLACK_S)
 
 
 # --------------------------------------------------------------------------

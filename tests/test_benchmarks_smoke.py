@@ -96,3 +96,9 @@ def test_gpu_check_says_so_without_a_gpu():
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no CUDA device" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_multi_agent_quick():
+    out = run_quick("bench_multi_agent.py")
+    assert "ratio multi-agent/single-agent agent steps/s, 1 client(s)" in out, out
+    assert "ERROR" not in out, out

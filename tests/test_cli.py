@@ -127,3 +127,44 @@ def test_python_clients_with_served_actions_train_ppo_cartpole_to_150(tmp_path):
     assert run.client_out.count("summary: steps=") == 2, run.client_out
     reached, elapsed = run.reached, run.seconds
     print(f"\nPython clients with served actions trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_multi_agent_learner_and_clients_reach_the_configs_target(tmp_path):
+    """`rlinks learner --config configs/ppo_multi_agent.yaml` with two `multi_agent_client.py` copies reaches its target.
+
+    The config states the target (stop.reward); the live view and progress.csv show the return per policy.
+    """
+    output = tmp_path / "run"
+    learner = subprocess.Popen(
+        [*RLINKS, "learner", "--config", "configs/ppo_multi_agent.yaml", "--port", "0", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    clients = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (output / "endpoints.json").exists():
+            assert learner.poll() is None, learner.stdout.read()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        (runner,) = json.loads((output / "endpoints.json").read_text())
+        clients = subprocess.Popen(
+            [*RLINKS, "client", "--address", f"{runner['host']}:{runner['port']}", "-n", "2",
+             "--script", "examples/multi_agent_client.py"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        out, _ = learner.communicate(timeout=480)
+        client_out, _ = clients.communicate(timeout=60)
+    finally:
+        for proc in (learner, clients):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert learner.returncode == 0, out
+    assert "done: mean return" in out and "| seeker " in out and "| signal " in out, out
+    assert client_out.count("summary: env_steps=") == 2, client_out
+    rows = list(csv.DictReader(open(output / "progress.csv")))
+    assert float(rows[-1]["episode_return_mean"]) >= 90
+    assert float(rows[-1]["return_seeker"]) > 0 and float(rows[-1]["return_signal"]) > 0
+    assert (output / "learning_curve.png").stat().st_size > 1000

@@ -35,6 +35,8 @@ from rlinks_rllib.protocol.connection import (
     EpisodesReceived,
     ErrorReceived,
     HandshakeDone,
+    ModulesReceived,
+    ModulesRequested,
     Role,
     State,
     StateReceived,
@@ -53,7 +55,7 @@ from rlinks_rllib.protocol.errors import (
 from rlinks_rllib.protocol.framing import FrameDecoder, encode_body_once, encode_frame, encode_message
 from rlinks_rllib.protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
 from rlinks_rllib.protocol.messages import OLD_API_TYPES, MessageType
-from rlinks_rllib.protocol.weights import build_state
+from rlinks_rllib.protocol.weights import WeightsError, build_state
 from rlinks_rllib.protocol.window import AckWindow
 
 T = MessageType
@@ -517,6 +519,8 @@ SAMPLES = {
     T.AUTH: {"type": "AUTH", "proof": bytes(32)},
     T.AUTH_OK: {"type": "AUTH_OK", "proof": bytes(32)},
     T.ENDPOINTS: {"type": "ENDPOINTS", "endpoints": []},
+    T.GET_MODULES: {"type": "GET_MODULES", "agents": ["a"]},
+    T.MODULES: {"type": "MODULES", "modules": {"a": "m"}},
     **{kind: {"type": kind.value} for kind in OLD_API_TYPES},
 }
 
@@ -1144,7 +1148,41 @@ VALID_VECTORS = [
     # Without served_actions agreed (these setups don't offer it); with it: test_served_actions_vector.
     ("valid_served_actions", [0], "server READY", lambda m: [UNSUPPORTED]),
     ("valid_served_actions", [1], "client READY", lambda m: [UNEXPECTED]),
+    # Multi-agent chunks are plain episodes to the connection; the runner's ingest reads them.
+    ("valid_episodes_multi_agent", None, "server READY", _episodes(True)),
+    ("valid_episodes_multi_agent_rllib", None, "server READY", _episodes(False)),
+    ("valid_set_config_multi_agent", None, "client READY owing SET_CONFIG",
+     lambda m: [("ConfigReceived", {"description": m[0]["config"], "pickled": None})]),
+    # Without multi_agent agreed a weight set of several modules is refused; with it: test_multi_agent_vectors.
+    ("valid_set_state_multi_agent", None, "client AWAITING_WEIGHTS", lambda m: [(WeightsError, "invalid_message")]),
 ]
+
+
+def test_multi_agent_vectors_and_modules_exchange():
+    """With multi_agent agreed: SET_STATE carries every module; GET_MODULES is answered by MODULES."""
+    multi = EXT + ("multi_agent",)
+    c, s = connect(client(extensions=multi), server(extensions=multi))
+    _, data = vector("valid_set_state_multi_agent")
+    c.send_get_state()
+    pump(c, s)
+    assert [type(e) for e in events(s)] == [StateRequested]
+    c.receive_data(data)
+    [got] = events(c)
+    assert isinstance(got, StateReceived) and set(got.params) == {"seeker", "signal"} and got.seq_no == 3
+    c, s = connect(client(extensions=multi), server(extensions=multi))
+    c.send_get_modules(["seeker_0", "x"])
+    pump(c, s)
+    [request] = events(s)
+    assert isinstance(request, ModulesRequested) and request.agents == ["seeker_0", "x"]
+    s.send_modules({"seeker_0": "seeker", "x": "signal"})
+    pump(s, c)
+    [answer] = events(c)
+    assert isinstance(answer, ModulesReceived) and answer.modules == {"seeker_0": "seeker", "x": "signal"}
+    with pytest.raises(LocalProtocolError):
+        c.send_get_modules([])
+    plain_client, _ = connect()
+    with pytest.raises(LocalProtocolError, match="multi_agent"):
+        plain_client.send_get_modules(["a"])
 
 
 def test_served_actions_vector():

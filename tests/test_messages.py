@@ -72,6 +72,8 @@ FULL = {
                       "reward": np.array([1.0, 0.0], np.float32), "start": np.array([False, True]),
                       "terminated": np.array([False, False]), "truncated": np.array([False, False])},
     MessageType.ACTIONS: {"type": "ACTIONS", "env": [0, 1], "actions": np.array([1, 0]), "weights_seq_no": 2},
+    MessageType.GET_MODULES: {"type": "GET_MODULES", "agents": ["seeker_0", "signal_1"]},
+    MessageType.MODULES: {"type": "MODULES", "modules": {"seeker_0": "seeker", "signal_1": "signal"}},
 }
 CURRENT = [t for t in MessageType if t not in OLD_API_TYPES]
 
@@ -86,7 +88,8 @@ def test_names_match_rllibs_enum():
 
     rllib = {m.value for m in RLlink if isinstance(m.value, str)}
     ours = {t.value for t in MessageType}
-    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS", "ACT", "ACTIONS"}
+    assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS", "ACT", "ACTIONS",
+                            "GET_MODULES", "MODULES"}
     assert rllib <= ours
 
 
@@ -277,7 +280,8 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "policy_graph"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "policy_graph",
+                                             "multi_agent"}
 
 
 @pytest.mark.parametrize(

@@ -79,10 +79,11 @@ from ..protocol.connection import (
     ConfigReceived,
     Connection,
     HandshakeDone,
+    ModulesReceived,
     Role,
     StateReceived,
 )
-from ..protocol.episodes import episode_len
+from ..protocol.multi_agent import chunk_steps
 from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
@@ -535,6 +536,22 @@ class RLinkClient:
             Connection.send_get_state, "GET_STATE", StateReceived, "SET_STATE (after GET_STATE)"
         )))
 
+    def get_modules(self, agents: Iterable[str]) -> dict[str, str]:
+        """Which module acts for each of ``agents`` (``GET_MODULES``, ``multi_agent`` agreed).
+
+        For a runner whose ``SET_CONFIG`` has no agent mapping table (it maps
+        agents with a Python function): ask when an agent first appears.
+
+        Raises:
+            ServerError: an agent the runner's mapping does not know (``bad_episode``).
+            ConnectFailed, ConnectionLost, ServerTimeout, ProtocolViolation, ClientClosed.
+        """
+        agents = list(agents)
+        event = self._run("get_modules", lambda: self._ask(
+            lambda conn: conn.send_get_modules(agents), "GET_MODULES", ModulesReceived, "MODULES (after GET_MODULES)"
+        ))
+        return event.modules
+
     def send_episodes(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> Optional[int]:
         """Send a batch of episode chunks (off-policy); returns its ``seq`` (``None`` without ``ack``).
 
@@ -947,7 +964,7 @@ class RLinkClient:
             if not isinstance(episode, dict):
                 raise TypeError(f"episodes[{i}] must be an episode state dict, got {type(episode).__name__}")
             states.append(episode)
-        steps = sum(episode_len(state) for state in states)
+        steps = sum(chunk_steps(state) for state in states)
         if timesteps is None:
             timesteps = steps
         elif type(timesteps) is not int or timesteps < 0:

@@ -5,7 +5,7 @@ RLlib's default MLP on a vector observation runs in numpy
 ``Dict`` of image and vector, an LSTM, a custom module) runs as the policy
 graph the runner exported (:class:`~.onnx_policy.OnnxPolicy`, with
 onnxruntime), which the runner sends in ``SET_CONFIG`` to a client that asked
-for it (``policy_graph``, PROTOCOL.md 10.6).
+for it (``policy_graph``, PROTOCOL.md 10.7).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ from .config import read_config
 from .errors import (
     AuthFailed,
     ErrorCode,
+    InvalidMessage,
     LocalProtocolError,
     ProtocolError,
     UnexpectedMessage,
@@ -73,6 +74,7 @@ from .messages import ack as ack_message
 from .messages import ping as ping_message
 from .messages import pong as pong_message
 from .served import ActRows, act_message, actions_message, read_act, read_actions
+from .multi_agent import check_agent_ids, read_module_states, read_modules
 from .weights import read_state
 from .window import AckWindow, Batch
 
@@ -85,6 +87,8 @@ __all__ = [
     "ErrorReceived",
     "ConnectionClosed",
     "ConfigRequested",
+    "ModulesRequested",
+    "ModulesReceived",
     "StateRequested",
     "EpisodesReceived",
     "EndpointsRequested",
@@ -191,6 +195,24 @@ class EpisodesReceived:
 
 
 @dataclass(frozen=True)
+class ModulesRequested:
+    """(server) ``GET_MODULES``: answer with :meth:`Connection.send_modules`.
+
+    Attributes:
+        agents: the agent ids asked about (checked: 1 to ``MAX_AGENTS`` strings).
+    """
+
+    agents: list
+
+
+@dataclass(frozen=True)
+class ModulesReceived:
+    """(client) ``MODULES``: agent id -> module id, for the agents of our ``GET_MODULES``."""
+
+    modules: dict
+
+
+@dataclass(frozen=True)
 class EndpointsRequested:
     """(directory) ``GET_ENDPOINTS``: answer with :meth:`Connection.send_endpoints`."""
 
@@ -215,7 +237,8 @@ class StateReceived:
     """(client) ``SET_STATE``: weights.
 
     Attributes:
-        params: parameter name -> array (read-only views of the frame where large).
+        params: parameter name -> array (read-only views of the frame where large);
+            with ``multi_agent`` agreed, module id -> such a map, for every module.
         seq_no: the learner's ``weights_seq_no``.
         want_steps: env steps the server wants next (``want_steps`` agreed), else ``None``.
     """
@@ -265,11 +288,12 @@ class ActionsReceived:
 Event = Union[
     HandshakeDone, ErrorReceived, ConnectionClosed, ConfigRequested, StateRequested, EpisodesReceived,
     EndpointsRequested, ConfigReceived, StateReceived, Acked, EndpointsReceived, ActReceived, ActionsReceived,
+    ModulesRequested, ModulesReceived,
 ]
 
 _SERVER_TO_CLIENT = frozenset(
     {MessageType.PONG, MessageType.SET_STATE, MessageType.SET_CONFIG, MessageType.ERROR, MessageType.ACK,
-     MessageType.AUTH_OK, MessageType.ENDPOINTS, MessageType.ACTIONS}
+     MessageType.AUTH_OK, MessageType.ENDPOINTS, MessageType.ACTIONS, MessageType.MODULES}
 )
 #: Which reply each client request is owed.
 _REPLY_TO = {
@@ -278,6 +302,7 @@ _REPLY_TO = {
     MessageType.EPISODES_AND_GET_STATE: MessageType.SET_STATE,
     MessageType.GET_ENDPOINTS: MessageType.ENDPOINTS,
     MessageType.ACT: MessageType.ACTIONS,
+    MessageType.GET_MODULES: MessageType.MODULES,
 }
 #: States in which a server may still answer what it owes, and a client take its replies.
 _ANSWERED = frozenset({State.READY, State.AWAITING_WEIGHTS, State.AWAITING_ACTIONS})
@@ -560,6 +585,20 @@ class Connection:
         """(client) Ask for the current weights; a :class:`StateReceived` follows."""
         self._request(MessageType.GET_STATE)
 
+    def send_get_modules(self, agents: list[str]) -> None:
+        """(client) Ask which module acts for each of ``agents``; a :class:`ModulesReceived` follows.
+
+        Raises:
+            LocalProtocolError: ``multi_agent`` was not agreed, or ``agents`` is
+                not 1 to ``MAX_AGENTS`` strings.
+        """
+        if not self.speaks(Extension.MULTI_AGENT):
+            raise LocalProtocolError("GET_MODULES needs the multi_agent extension, which was not agreed")
+        check_agent_ids(agents, LocalProtocolError)
+        self._check_request(MessageType.GET_MODULES)
+        self._send({"type": MessageType.GET_MODULES.value, "agents": list(agents)})
+        self._after_request(MessageType.GET_MODULES)
+
     def send_get_endpoints(self) -> None:
         """(client) Ask a directory for its runners; an :class:`EndpointsReceived` follows.
 
@@ -708,6 +747,15 @@ class Connection:
         if self.state is State.AWAITING_ACTIONS:
             self.state = State.READY
 
+    def send_modules(self, modules: dict[str, str]) -> None:
+        """(server) Answer the unanswered ``GET_MODULES``.
+
+        Raises:
+            LocalProtocolError: no ``GET_MODULES`` is unanswered.
+        """
+        self._reply(MessageType.MODULES)
+        self._send({"type": MessageType.MODULES.value, "modules": dict(modules)})
+
     def send_endpoints(self, endpoints: list) -> None:
         """(directory) Answer ``GET_ENDPOINTS``.
 
@@ -797,7 +845,10 @@ class Connection:
         if kind is MessageType.SET_STATE:
             if self.state is State.AWAITING_WEIGHTS and MessageType.SET_STATE not in self._owed:
                 self.state = State.READY
-            params, seq_no = read_state(message["state"])
+            if self.speaks(Extension.MULTI_AGENT):
+                params, seq_no = read_module_states(message["state"])
+            else:
+                params, seq_no = read_state(message["state"])
             want = message.get("want_steps") if self.speaks(Extension.WANT_STEPS) else None
             return StateReceived(params, seq_no, want)
         if kind is MessageType.ACTIONS:
@@ -805,6 +856,8 @@ class Connection:
             env, actions = read_actions(message, self._act_envs)
             self._act_envs = []
             return ActionsReceived(env, actions, message["weights_seq_no"])
+        if kind is MessageType.MODULES:
+            return ModulesReceived(read_modules(message["modules"]))
         if kind is MessageType.SET_CONFIG:
             description = read_config(message)
             raw = message["config"]
@@ -867,6 +920,12 @@ class Connection:
                 self.state = State.AWAITING_WEIGHTS
             seq = message.get("seq") if self.speaks(Extension.ACK) else None
             return EpisodesReceived(message["episodes"], message.get("timesteps"), seq, on_policy, frame_bytes)
+        if kind is MessageType.GET_MODULES:
+            if not self.speaks(Extension.MULTI_AGENT):
+                raise UnsupportedMessage("GET_MODULES needs the multi_agent extension, which was not agreed")
+            agents = check_agent_ids(message["agents"], InvalidMessage)
+            self._owed.append(MessageType.MODULES)
+            return ModulesRequested(agents)
         if kind is MessageType.ACT:
             if not self.speaks(Extension.SERVED_ACTIONS):
                 raise UnsupportedMessage("ACT needs the served_actions extension, which was not agreed")

@@ -53,8 +53,10 @@ class Extension(str, enum.Enum):
     #: actions (``ACTIONS``): for a simulator that can't run the policy.
     SERVED_ACTIONS = "served_actions"
     #: ``SET_CONFIG``'s description carries ``policy_graph``: the runner's
-    #: module as ONNX with its weights as inputs (PROTOCOL.md 8.1, 10.6).
+    #: module as ONNX with its weights as inputs (PROTOCOL.md 8.1, 10.7).
     POLICY_GRAPH = "policy_graph"
+    #: Multi-agent episode chunks, config and weight sets (``protocol.multi_agent``).
+    MULTI_AGENT = "multi_agent"
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,10 @@ class MessageType(str, enum.Enum):
     ACT = "ACT"
     #: Server -> client: the actions for an ``ACT`` (``served_actions``).
     ACTIONS = "ACTIONS"
+    #: Client -> server: which modules act for these agents? (``multi_agent``, no mapping table)
+    GET_MODULES = "GET_MODULES"
+    #: Server -> client: agent id -> module id for a ``GET_MODULES`` (``multi_agent``).
+    MODULES = "MODULES"
 
     def __str__(self) -> str:
         return self.value
@@ -120,6 +124,8 @@ _REQUIRED: dict[MessageType, dict[str, tuple[type, ...]]] = {
         "truncated": (np.ndarray, list),
     },
     MessageType.ACTIONS: {"env": (list,), "actions": (np.ndarray, list), "weights_seq_no": (int,)},
+    MessageType.GET_MODULES: {"agents": (list,)},
+    MessageType.MODULES: {"modules": (dict,)},
 }
 _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},

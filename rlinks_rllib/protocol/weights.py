@@ -35,6 +35,8 @@ __all__ = [
     "DEFAULT_MODULE_ID",
     "build_state",
     "read_state",
+    "check_params",
+    "check_seq_no",
 ]
 
 #: Key of the parameter dict in a weight set (RLlib's ``COMPONENT_RL_MODULE``).
@@ -63,8 +65,8 @@ def build_state(params: Mapping[str, np.ndarray], seq_no: int) -> dict[str, Any]
             numpy array, or *seq_no* is not an integer >= 0.
     """
     return {
-        COMPONENT_RL_MODULE: _check_params(params),
-        WEIGHTS_SEQ_NO: _check_seq_no(seq_no),
+        COMPONENT_RL_MODULE: check_params(params),
+        WEIGHTS_SEQ_NO: check_seq_no(seq_no),
     }
 
 
@@ -95,10 +97,11 @@ def read_state(state: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
                 f"({_some_keys(others)}); only single-agent modules are supported"
             )
         params = params[DEFAULT_MODULE_ID]
-    return _check_params(params), _check_seq_no(state[WEIGHTS_SEQ_NO])
+    return check_params(params), check_seq_no(state[WEIGHTS_SEQ_NO])
 
 
-def _check_params(params: Any) -> dict[str, np.ndarray]:
+def check_params(params: Any) -> dict[str, np.ndarray]:
+    """*params* checked as a parameter map (names to numeric arrays); raises WeightsError."""
     if not isinstance(params, Mapping):
         raise WeightsError(
             f"{COMPONENT_RL_MODULE!r} must map parameter names to arrays, "
@@ -123,7 +126,8 @@ def _check_params(params: Any) -> dict[str, np.ndarray]:
     return checked
 
 
-def _check_seq_no(seq_no: Any) -> int:
+def check_seq_no(seq_no: Any) -> int:
+    """*seq_no* checked as an int >= 0; raises WeightsError."""
     # bool is an int to Python, but True is no sequence number.
     if isinstance(seq_no, (bool, np.bool_)) or not isinstance(seq_no, (int, np.integer)):
         raise WeightsError(f"{WEIGHTS_SEQ_NO!r} must be an integer, got {type(seq_no).__name__}")

@@ -16,7 +16,9 @@ simulators connect to a runner, run the policy themselves, and send episodes;
 weights back. A simulator that can't run the policy sends observations
 instead and gets actions back (``served_actions``): the runner computes them
 with its own module (:mod:`.forward`) and records those episodes itself.
-See :mod:`.settings` for every ``env_config`` key.
+A multi-agent config (``config.multi_agent(policies=..., policy_mapping_fn=...)``)
+is served as well: its clients send multi-agent chunks and get every module's
+weights (:mod:`.multi_agent`). See :mod:`.settings` for every ``env_config`` key.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled
+from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
 from .scheduler import SamplePacer, WeightsChange
 from .served import ObservationCheck
 from .settings import RLinkSettings
@@ -75,12 +78,21 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         self.worker_index: int = kwargs.get("worker_index", 0) or 0
         self.settings = RLinkSettings.from_env_config(self.config.env_config)
-        if self.config.observation_space is None or self.config.action_space is None:
+        #: The modules, mapping and step count of a multi-agent config; None for a single-agent one.
+        self._multi_agent = MultiAgentSetup(self.config) if self.config.is_multi_agent else None
+        self._ma_metrics: Optional[MultiAgentMetrics] = None
+        if self._multi_agent is not None:
+            self._ma_metrics = MultiAgentMetrics(self.config.num_env_runners or 0,
+                                                 self.config.metrics_num_episodes_for_smoothing)
+            self.module = self.config.get_multi_rl_module_spec(spaces=self._multi_agent.spaces,
+                                                               inference_only=True).build()
+        elif self.config.observation_space is None or self.config.action_space is None:
             raise ValueError(
                 "RLinkEnvRunner needs the spaces up front: "
                 "config.environment(observation_space=..., action_space=...)"
             )
-        self.module = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True).build()
+        else:
+            self.module = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True).build()
         self._episode_totals = EpisodeTotals()
         self._transport_metrics = TransportMetrics()
         self._lags: list[int] = []
@@ -108,13 +120,16 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server = RLinkServer(
                 self.settings,
                 port=self.settings.port_for(self.worker_index),
-                ingest=EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings),
+                ingest=(EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings)
+                        if self._multi_agent is None else MultiAgentIngest(self._multi_agent, self.settings)),
                 config_message=self._config_message,
                 update_steps=self._update_steps,
                 on_policy=self.on_policy,
                 fragment_steps=self._target_steps,
                 served=self._served_policy(),
                 policy_graph=self._policy_graph is not None,
+                multi_agent=self._multi_agent is not None,
+                modules_for=None if self._multi_agent is None else self._multi_agent.module_of,
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
             self.server.start()
@@ -187,13 +202,15 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         steps = 0
         finished = []
         add = self._episode_totals.add
+        lags = []  # per episode, for the multi-agent metrics
         for batch in batches:
             lag = max(0, self._weights_seq_no - batch.weights_seq_no)
             if lag and self.settings.drop_stale_steps:
                 self._dropped_stale_steps += batch.steps
                 continue
             self._lags.append(lag)
-            for episode in batch.episodes:
+            lags += [lag] * len(batch.episodes)
+            for episode in batch.episodes if self._ma_metrics is None else ():
                 totals = add(episode)
                 if totals is not None:
                     finished.append(totals)
@@ -204,9 +221,12 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         # were dealt with). What is still in the inbox is not confirmed, and
         # a client resends it if this runner dies first.
         self.server.confirm(batches)
-        log_episodes(self.metrics, finished, self.config.metrics_num_episodes_for_smoothing)
-        log_sampled(self.metrics, steps, len(finished))
-        self.num_env_steps_sampled_lifetime += steps
+        if self._ma_metrics is not None:
+            self.num_env_steps_sampled_lifetime += self._ma_metrics.sampled(self.metrics, episodes, lags)
+        else:
+            log_episodes(self.metrics, finished, self.config.metrics_num_episodes_for_smoothing)
+            log_sampled(self.metrics, steps, len(finished))
+            self.num_env_steps_sampled_lifetime += steps
         return episodes
 
     def get_metrics(self) -> dict:
@@ -221,9 +241,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 dropped_stale_steps=self._dropped_stale_steps,
             )
             self._lags = []
+        if self._ma_metrics is not None:
+            self._ma_metrics.log_lags(self.metrics)
         return self.metrics.reduce()
 
     def get_spaces(self):
+        if self._multi_agent is not None:
+            return {INPUT_ENV_SPACES: self._multi_agent.env_spaces(), **self._multi_agent.spaces}
         spaces = (self.config.observation_space, self.config.action_space)
         return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
 
@@ -274,7 +298,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         module_state = state[COMPONENT_RL_MODULE]
         if isinstance(module_state, ray.ObjectRef):
             module_state = ray.get(module_state)
-        if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state:
+        if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state and self._multi_agent is None:
             module_state = module_state[DEFAULT_MODULE_ID]
         if self._forward is not None:
             # Never while a forward pass for served actions runs; it learns the version with the weights.
@@ -294,8 +318,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
 
     def _served_policy(self) -> Optional[ServedPolicy]:
         """How this runner computes served actions; ``None`` when it can't (or the setting is off)."""
-        if not self.settings.served_actions:
-            return None
+        if not self.settings.served_actions or self._multi_agent is not None:
+            return None  # served actions are single-agent only
         obs_space, action_space = self.config.observation_space, self.config.action_space
         reason = served_actions_unsupported(obs_space, action_space, self.module)
         if reason is not None:
@@ -320,6 +344,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             ExportError: ``policy_graph="on"`` and the module can't be exported.
         """
         mode = self.settings.policy_graph
+        if self._multi_agent is not None:
+            if mode == "on":
+                logger.warning("RLinkEnvRunner %d: no policy graph for a multi-agent runner (one module per graph "
+                               "is not built yet)", self.worker_index)
+            return None
         if mode == "off" or (mode == "auto" and not needs_policy_graph(self.module, self.config.model_config)):
             return None
         started = time.perf_counter()
@@ -341,14 +370,23 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         cfg = self.config
         extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
+        params = self._module_params()
+        extra = {}
+        observation_space, action_space = cfg.observation_space, cfg.action_space
+        if self._multi_agent is not None:
+            layouts = {m: {k: list(v.shape) for k, v in p.items()} for m, p in params.items()}
+            extra["multi_agent"] = self._multi_agent.describe(layouts)
+            # A reader of version 1 finds spaces where it expects them: the first module's.
+            observation_space, action_space = next(iter(self._multi_agent.spaces.values()))
+            params = {}
         description = build_config(
             algorithm=type(cfg).__name__.removesuffix("Config"),
-            observation_space=describe_space(cfg.observation_space),
-            action_space=describe_space(cfg.action_space),
+            observation_space=describe_space(observation_space),
+            action_space=describe_space(action_space),
             rollout_fragment_length=self._target_steps,
             on_policy=self.on_policy,
             model_config={k: v for k, v in model_config.items() if isinstance(v, (int, float, str, bool, list, type(None)))},
-            weights_layout={k: list(v.shape) for k, v in self._module_params().items()},
+            weights_layout={k: list(v.shape) for k, v in params.items()},
             server=SERVER_AGENT,
             **extra,
         )

@@ -212,3 +212,7 @@ class EpisodeIngest:
             episodes.append(episode)
             steps += clean["t"] - clean["t_started"]
         return episodes, steps
+
+
+#: ``check_episode_state`` keyword rules that hold data to a pair of spaces (the multi-agent ingest's, per module).
+space_rules = _space_rules

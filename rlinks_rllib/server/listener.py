@@ -57,7 +57,7 @@ from .._version import SERVER_AGENT
 from ..protocol.auth import secret_file_is_private
 from ..protocol.connection import ActReceived, EpisodesReceived
 from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.framing import encode_body_once, encode_message
 from .errors import IngestError
@@ -156,6 +156,10 @@ class RLinkServer:
             ``served_actions`` off): ``served_actions`` is never agreed.
         policy_graph: the runner exported its module: agree to
             ``policy_graph``, and ``config_message(True)`` puts the graph in.
+        multi_agent: the runner serves a multi-agent config: agree to
+            ``multi_agent`` (the ingest takes multi-agent chunks).
+        modules_for: agent id -> module id, for ``GET_MODULES`` (raises
+            ``InvalidMessage`` for an agent the mapping does not know).
 
     Raises:
         OSError: the port can't be bound, or a TLS or secret file can't be read.
@@ -177,6 +181,8 @@ class RLinkServer:
         fragment_steps: Optional[int] = None,
         served: Optional[ServedPolicy] = None,
         policy_graph: bool = False,
+        multi_agent: bool = False,
+        modules_for: Optional[Callable[[str], str]] = None,
     ) -> None:
         self.settings = settings
         self.stats = ServerStats()
@@ -204,6 +210,9 @@ class RLinkServer:
         self.extensions = frozenset({Extension.WANT_STEPS.value, Extension.ACK.value})
         if policy_graph:
             self.extensions |= {Extension.POLICY_GRAPH.value}
+        if multi_agent:
+            self.extensions |= {Extension.MULTI_AGENT.value}
+        self._modules_for = modules_for
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
         self._ssl = server_ssl_context(settings)
@@ -413,6 +422,20 @@ class RLinkServer:
         if with_graph not in self._config_frames:
             self._config_frames[with_graph] = encode_message(self._config_message(with_graph))
         return self._config_frames[with_graph]
+
+    def modules_for(self, agents: list[str]) -> dict[str, str]:
+        """Which module acts for each agent (``GET_MODULES``).
+
+        Raises:
+            IngestError: this runner has no mapping to ask (single-agent), or an agent it does not know.
+        """
+        if self._modules_for is None:
+            raise IngestError("this runner serves a single-agent config: it maps no agents",
+                              code=ErrorCode.UNSUPPORTED_MESSAGE)
+        try:
+            return {agent_id: self._modules_for(agent_id) for agent_id in agents}
+        except InvalidMessage as exc:
+            raise IngestError(str(exc)) from exc
 
     def state_requested(self, session: Session) -> None:
         self._send_weights(session, self.scheduler.state_requested(session))

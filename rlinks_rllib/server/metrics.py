@@ -36,7 +36,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes"]
+__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes", "log_episode"]
 
 #: Results key under which the transport metrics appear.
 RUNNER_METRICS_KEY = "rlinks"
@@ -105,6 +105,22 @@ def log_episodes(metrics: MetricsLogger, finished: list[tuple[int, float, float]
             push = metrics._get_key(key).push  # noqa: SLF001 - log_value's own lookup, once per call
             for value in values[1:]:
                 push(value)
+
+
+def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float, window: int, *,
+                agents: dict[str, float] | None = None, modules: dict[str, float] | None = None) -> None:
+    """One finished episode, into RLlib's episode metrics (``agents``/``modules``: returns per id, multi-agent)."""
+    metrics.log_value(EPISODE_LEN_MEAN, length, window=window)
+    metrics.log_value(EPISODE_RETURN_MEAN, ret, window=window)
+    metrics.log_value(EPISODE_DURATION_SEC_MEAN, duration, window=window)
+    for agent_id, value in (agents or {DEFAULT_AGENT_ID: ret}).items():
+        metrics.log_value((EPISODE_AGENT_RETURN_MEAN, agent_id), value, window=window)
+    for module_id, value in (modules or {DEFAULT_MODULE_ID: ret}).items():
+        metrics.log_value((EPISODE_MODULE_RETURN_MEAN, module_id), value, window=window)
+    metrics.log_value(EPISODE_LEN_MIN, length, reduce="min", window=window)
+    metrics.log_value(EPISODE_RETURN_MIN, ret, reduce="min", window=window)
+    metrics.log_value(EPISODE_LEN_MAX, length, reduce="max", window=window)
+    metrics.log_value(EPISODE_RETURN_MAX, ret, reduce="max", window=window)
 
 
 _COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",

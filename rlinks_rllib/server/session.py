@@ -46,6 +46,7 @@ from ..protocol.connection import (
     ActReceived,
     Connection,
     ConfigRequested,
+    ModulesRequested,
     EpisodesReceived,
     HandshakeDone,
     Role,
@@ -97,6 +98,13 @@ class SessionHost(Protocol):
 
     def config_frame(self, with_graph: bool = False) -> bytes:
         """The ``SET_CONFIG`` frame, encoded once for every client (and once more with the policy graph)."""
+
+    def modules_for(self, agents: list[str]) -> dict[str, str]:
+        """``GET_MODULES``: the module of each agent (``multi_agent``).
+
+        Raises:
+            IngestError: an agent the mapping does not know.
+        """
 
     def state_requested(self, session: "Session") -> None:
         """``GET_STATE``: answer with :meth:`Session.send_weights`.
@@ -311,6 +319,8 @@ class Session(asyncio.BufferedProtocol):
                     self.host.state_requested(self)
                 elif kind is ConfigRequested:
                     conn.send_config(self.host.config_frame(self.speaks(Extension.POLICY_GRAPH)))
+                elif kind is ModulesRequested:
+                    conn.send_modules(self.host.modules_for(event.agents))
                 elif kind is HandshakeDone:
                     self._handshake_done(event)
                 # ConnectionClosed: connection_lost follows.

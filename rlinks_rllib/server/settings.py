@@ -103,7 +103,7 @@ class RLinkSettings:
             ``limit_exceeded`` (and one with more than twice as many rows).
         policy_graph: export the module as an ONNX policy graph once, when the
             runner starts, and send it to clients that ask (``policy_graph``,
-            PROTOCOL.md 10.6). ``auto``: only for a module a client can't run
+            PROTOCOL.md 10.7). ``auto``: only for a module a client can't run
             in numpy (an observation that is not a vector, an LSTM, a custom
             module), and an export that fails is logged, not fatal; ``on``:
             always, and a failed export stops the runner; ``off``: never.

@@ -13,6 +13,10 @@ of each part, one section each::
     rlinks: {host: 127.0.0.1, port: 5555}
     stop: {reward: 450, iters: 60}
 
+A multi-agent config replaces ``spaces`` by a ``multi_agent`` section: its
+modules with their spaces, the agent mapping table, which modules train
+(see :func:`_multi_agent`, and ``configs/ppo_multi_agent.yaml``).
+
 Every mistake is reported with the file, line and key that caused it, as
 :class:`ConfigFileError`, so ``rlinks learner`` can print one clear line.
 """
@@ -32,7 +36,7 @@ from ..protocol.spaces import MAX_SPACE_DEPTH, describe_space, format_path
 __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
 
 SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "reporting", "fault_tolerance",
-            "rlinks", "stop", "description")
+            "rlinks", "stop", "description", "multi_agent")
 
 
 class ConfigFileError(RLinksError, ValueError):
@@ -54,6 +58,7 @@ class LearnerSpec:
     fault_tolerance: dict = field(default_factory=dict)
     rlinks: dict = field(default_factory=dict)
     stop: dict = field(default_factory=dict)
+    multi_agent: dict = field(default_factory=dict)
     description: str = ""
     lines: dict = field(default_factory=dict)
 
@@ -112,8 +117,9 @@ def load_spec(path: str | Path) -> LearnerSpec:
             raise ConfigFileError(f"{where}: section {key!r} must be a mapping of settings")
     if "algorithm" not in data:
         raise ConfigFileError(f"{path}: missing 'algorithm' (e.g. PPO, APPO, IMPALA)")
-    if "spaces" not in data:
+    if "spaces" not in data and "multi_agent" not in data:
         raise ConfigFileError(f"{path}: missing 'spaces' (from_env: CartPole-v1, or observation/action)")
+    data.setdefault("spaces", {})
     return LearnerSpec(path=path, lines=lines, **{k: v for k, v in data.items()})
 
 
@@ -237,7 +243,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         config = get_trainable_cls(spec.algorithm).get_default_config()
     except Exception as exc:  # noqa: BLE001 - Tune raises several kinds; all mean "no such algorithm"
         raise ConfigFileError(f"{spec.where('algorithm')}: unknown algorithm {spec.algorithm!r}: {exc}") from exc
-    observation_space, action_space = resolve_spaces(spec)
+    observation_space, action_space = resolve_spaces(spec) if spec.spaces or not spec.multi_agent else (None, None)
     rlinks = {**spec.rlinks, **overrides.get("rlinks", {})}
     try:
         env_config = rlinks_env_config(**rlinks)
@@ -245,6 +251,8 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         raise ConfigFileError(f"{spec.where('rlinks')}: {exc}") from exc
     config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
     config.env_runners(env_runner_cls=RLinkEnvRunner)
+    if spec.multi_agent:
+        _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
     _apply(spec, "training", config.training, spec.training)
     _apply(spec, "learners", config.learners, {**spec.learners, **overrides.get("learners", {})})
@@ -281,3 +289,61 @@ def _encode_nested_observations(spec: LearnerSpec, config: Any, observation_spac
             f"(their module takes the multi-input encoder); {spec.algorithm} has none for it"
         )
     config.rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog))
+
+
+def _multi_agent(spec: LearnerSpec, config: Any) -> None:
+    """``config.multi_agent(...)`` from the ``multi_agent`` section::
+
+        multi_agent:
+          modules:                          # module id -> its spaces
+            seeker: {observation: {box: {...}}, action: {discrete: 3}}
+            signal: {observation: {box: {...}}, action: {discrete: 3}}
+          agent_mapping:                    # agent-id pattern -> module id, first match wins
+            - ["seeker_*", seeker]
+            - ["signal_*", signal]
+          trained: [seeker, signal]         # optional (default: all); the others are served frozen
+          count_steps_by: env_steps         # optional: or agent_steps
+
+    The table is RLlib's ``policy_mapping_fn`` and is sent to the clients in ``SET_CONFIG``.
+
+    Raises:
+        ConfigFileError: a missing or malformed part, naming its line.
+    """
+    from ray.rllib.policy.policy import PolicySpec
+
+    from ..protocol.agent_mapping import AgentMapping
+    from ..protocol.errors import InvalidMessage
+
+    section = spec.multi_agent
+    unknown = sorted(set(section) - {"modules", "agent_mapping", "trained", "count_steps_by"})
+    if unknown:
+        raise ConfigFileError(f"{spec.where('multi_agent', unknown[0])}: multi_agent: unknown setting {unknown[0]!r}")
+    modules = section.get("modules")
+    if not isinstance(modules, dict) or not modules:
+        raise ConfigFileError(f"{spec.where('multi_agent', 'modules')}: multi_agent needs 'modules': "
+                              "module id -> {observation: SPACE, action: SPACE}")
+    policies = {}
+    for module_id, entry in modules.items():
+        where = spec.where("multi_agent", "modules")
+        if not isinstance(entry, dict) or "observation" not in entry or "action" not in entry:
+            raise ConfigFileError(f"{where}: module {module_id!r} needs 'observation' and 'action' spaces")
+        policies[str(module_id)] = PolicySpec(observation_space=parse_space(entry["observation"], where),
+                                              action_space=parse_space(entry["action"], where))
+    try:
+        mapping = AgentMapping(section.get("agent_mapping") or [])
+    except InvalidMessage as exc:
+        raise ConfigFileError(f"{spec.where('multi_agent', 'agent_mapping')}: {exc}") from exc
+    unknown = sorted(mapping.module_ids - set(policies))
+    if unknown:
+        raise ConfigFileError(f"{spec.where('multi_agent', 'agent_mapping')}: names modules not in "
+                              f"'modules': {unknown}")
+    trained = section.get("trained", list(policies))
+    if not isinstance(trained, list) or not set(trained) <= set(policies):
+        raise ConfigFileError(f"{spec.where('multi_agent', 'trained')}: 'trained' must list module ids of 'modules'")
+    options = {"policies": policies, "policy_mapping_fn": mapping, "policies_to_train": [str(m) for m in trained]}
+    if "count_steps_by" in section:
+        options["count_steps_by"] = section["count_steps_by"]
+    try:
+        config.multi_agent(**options)
+    except ValueError as exc:
+        raise ConfigFileError(f"{spec.where('multi_agent')}: multi_agent: {exc}") from exc

@@ -17,6 +17,9 @@ __all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"
 
 COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
            "weights_seq_no", "policy_lag_max")
+#: Prefix of the per-policy return columns a multi-agent run adds (``return_<module id>``).
+POLICY_RETURN_PREFIX = "return_"
+_SINGLE_AGENT_MODULE = "default_policy"
 
 
 def _count(value) -> int:
@@ -42,7 +45,24 @@ def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict
         "clients": clients,
         "weights_seq_no": _count(rlinks.get("weights_seq_no")),
         "policy_lag_max": float(_count(rlinks.get("policy_lag_max"))),
+        **_policy_returns(runners),
     }
+
+
+def _policy_returns(runners: dict) -> dict:
+    """``return_<module>`` per policy of a multi-agent run (none for a single-agent one)."""
+    modules = runners.get("module_episode_returns_mean") or {}
+    if set(modules) <= {_SINGLE_AGENT_MODULE}:
+        return {}
+    return {POLICY_RETURN_PREFIX + str(m): round(float(v), 3) for m, v in sorted(modules.items())}
+
+
+def _policy_columns(rows: Iterable[dict]) -> list[str]:
+    """The per-policy columns of these rows, in order of first appearance."""
+    found: dict[str, None] = {}
+    for row in rows:
+        found.update((k, None) for k in row if k.startswith(POLICY_RETURN_PREFIX))
+    return list(found)
 
 
 def format_row(row: dict) -> str:
@@ -52,19 +72,21 @@ def format_row(row: dict) -> str:
         f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {ret:7.1f} | "
         f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
         + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
+        + "".join(f" | {k[len(POLICY_RETURN_PREFIX):]} {row[k]:.1f}" for k in _policy_columns([row]))
     )
 
 
 def write_csv(rows: Iterable[dict], path: Path) -> None:
     """All rows so far, rewritten whole (a run is at most thousands of rows)."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        rows = list(rows)
+        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, *_policy_columns(rows)], restval="")
         writer.writeheader()
         writer.writerows(rows)
 
 
 def plot_curve(rows: list[dict], path: Path, *, target: float | None = None, title: str = "") -> None:
-    """Mean episode return against env steps, as a PNG."""
+    """Mean episode return against env steps, as a PNG; a multi-agent run adds one line per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,6 +96,10 @@ def plot_curve(rows: list[dict], path: Path, *, target: float | None = None, tit
     returns = [r["episode_return_mean"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot(steps, returns, marker="o", markersize=3, label="mean episode return")
+    for column in _policy_columns(rows):
+        points = [(r["env_steps"], r[column]) for r in rows if column in r]
+        ax.plot(*zip(*points), marker=".", markersize=3, linewidth=1,
+                label=f"policy {column[len(POLICY_RETURN_PREFIX):]}")
     if target is not None:
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("env steps sampled")

@@ -157,6 +157,71 @@ def episode_stacked(id_: str, steps: int) -> dict:
     return state
 
 
+def agent_state(agent_id: str, module_id: str, episode_id: str, steps: int, *, obs_size: int, done: bool) -> dict:
+    """One agent's part of a multi-agent chunk: a stacked single-agent state with its ids filled in."""
+    obs = (np.arange((steps + 1) * obs_size, dtype=np.float32).reshape(steps + 1, obs_size) - 4) / 8
+    return {
+        "id_": f"{agent_id}-{episode_id[:8]}",
+        "agent_id": agent_id,
+        "module_id": module_id,
+        "multi_agent_episode_id": episode_id,
+        "observations": buffer(obs, finalized=True),
+        "actions": buffer(np.arange(steps, dtype=np.int64) % 3, finalized=True),
+        "rewards": buffer(np.full(steps, 0.5, np.float32), finalized=True),
+        "infos": buffer([{} for _ in range(steps + 1)], finalized=False),
+        "extra_model_outputs": {
+            "action_dist_inputs": buffer(np.zeros((steps, 3), np.float32), finalized=True),
+            "action_logp": buffer(np.full(steps, -1.0986123, np.float32), finalized=True),
+        },
+        "is_terminated": False,
+        "is_truncated": done,
+        "t_started": 0,
+        "t": steps,
+        "_observation_space": None,
+        "_action_space": None,
+        "_start_time": None,
+        "_last_step_time": None,
+        "custom_data": {},
+    }
+
+
+#: The multi-agent episode of the vectors: 4 ticks, __all__ truncated; seeker_0 acts every tick,
+#: signal_0 on even ticks (turn-based), seeker_1 joins at tick 2.
+MA_EPISODE_ID = "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
+MA_AGENTS = (("seeker_0", "seeker", 2, [0, 1, 2, 3, 4]), ("signal_0", "signal", 3, [0, 2, 4]),
+             ("seeker_1", "seeker", 2, [2, 3, 4]))
+
+
+def multi_agent_chunk(*, rllib_form: bool) -> dict:
+    """The compact form (``agent_env_t``) or RLlib's own (``env_t_to_agent_t``) of MA_EPISODE_ID."""
+    agents = [[a, agent_state(a, m, MA_EPISODE_ID, len(ticks) - 1, obs_size=size, done=True)]
+              for a, m, size, ticks in MA_AGENTS]
+    chunk = {
+        "id_": MA_EPISODE_ID,
+        "env_t_started": 0,
+        "env_t": 4,
+        "is_terminated": False,
+        "is_truncated": True,
+        "agent_episodes": agents,
+        "_agent_to_module_mapping": {a: m for a, m, _, _ in MA_AGENTS},
+        "_start_time": None,
+        "_last_step_time": None,
+        "custom_data": {},
+    }
+    if rllib_form:
+        chunk["env_t_to_agent_t"] = {
+            a: buffer([ticks.index(t) if t in ticks else "S" for t in range(5)], finalized=False)
+            for a, _, _, ticks in MA_AGENTS
+        }
+        for key in ("_hanging_actions_end", "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
+                    "_hanging_rewards_begin"):
+            chunk[key] = {}
+        chunk["agent_to_module_mapping_fn"] = chunk["observation_space"] = chunk["action_space"] = None
+    else:
+        chunk["agent_env_t"] = {a: np.array(ticks, np.int64) for a, _, _, ticks in MA_AGENTS}
+    return chunk
+
+
 def all_dtypes() -> dict:
     return {
         "bool": np.array([True, False, True]),
@@ -313,6 +378,46 @@ def cases() -> dict[str, Callable[[], Case]]:
         {"type": "EPISODES_AND_GET_STATE",
          "episodes": [episode_lists("0123456789abcdef0123456789abcdef", 2, t_started=0, terminated=False)],
          "timesteps": 2, "seq": 7},
+    )
+    c["valid_episodes_multi_agent"] = lambda: valid(
+        "A multi-agent chunk in the compact form (multi_agent extension, PROTOCOL.md 7.6): turn-based and "
+        "joining agents, __all__ truncated, each agent's env ticks in agent_env_t.",
+        {"type": "EPISODES_AND_GET_STATE", "episodes": [multi_agent_chunk(rllib_form=False)], "timesteps": 4,
+         "seq": 1},
+    )
+    c["valid_episodes_multi_agent_rllib"] = lambda: valid(
+        "The same chunk in RLlib's MultiAgentEpisode.get_state() form (env_t_to_agent_t, empty hanging caches).",
+        {"type": "EPISODES", "episodes": [multi_agent_chunk(rllib_form=True)], "timesteps": 4},
+    )
+    c["valid_set_config_multi_agent"] = lambda: valid(
+        "SET_CONFIG of a multi-agent runner: modules, the agent mapping table, what a step counts.",
+        {"type": "SET_CONFIG", "config": {
+            "version": 1, "algorithm": "PPO",
+            "observation_space": {"kind": "box", "shape": [2], "dtype": "<f4",
+                                  "low": np.array(-2.0, np.float32), "high": np.array(2.0, np.float32)},
+            "action_space": {"kind": "discrete", "n": 3, "start": 0},
+            "rollout_fragment_length": 1000, "on_policy": True, "model_config": {"fcnet_hiddens": [32]},
+            "weights_layout": {},
+            "multi_agent": {
+                "modules": {
+                    "seeker": {"observation_space": {"kind": "box", "shape": [2], "dtype": "<f4",
+                                                     "low": np.array(-2.0, np.float32),
+                                                     "high": np.array(2.0, np.float32)},
+                               "action_space": {"kind": "discrete", "n": 3, "start": 0}, "trained": True},
+                    "signal": {"observation_space": {"kind": "box", "shape": [3], "dtype": "<f4",
+                                                     "low": np.array(0.0, np.float32),
+                                                     "high": np.array(1.0, np.float32)},
+                               "action_space": {"kind": "discrete", "n": 3, "start": 0}, "trained": False},
+                },
+                "agent_mapping": [["seeker_*", "seeker"], ["signal_*", "signal"]],
+                "count_steps_by": "env_steps",
+            }}},
+    )
+    c["valid_set_state_multi_agent"] = lambda: valid(
+        "SET_STATE of a multi-agent runner: every module's weights in one set, keyed by module id.",
+        {"type": "SET_STATE", "state": {"rl_module": {"seeker": weights()["rl_module"],
+                                                      "signal": weights()["rl_module"]}, "weights_seq_no": 3},
+         "want_steps": 500},
     )
     c["valid_error"] = lambda: valid(
         "ERROR sent just before closing.",
