@@ -371,7 +371,6 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
         params = self._module_params()
-        extra = {}
         observation_space, action_space = cfg.observation_space, cfg.action_space
         if self._multi_agent is not None:
             layouts = {m: {k: list(v.shape) for k, v in p.items()} for m, p in params.items()}
