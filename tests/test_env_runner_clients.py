@@ -40,15 +40,26 @@ class _LightClient(threading.Thread):
         self.steps_sent = 0
         self.weights_seen: set[int] = set()
         self.error: BaseException | None = None
+        # Held from the check of stop to the count of a batch: once halt() returns,
+        # steps_sent is final (the batch it counted last may still be on its way).
+        self._counting = threading.Lock()
+
+    def halt(self) -> None:
+        """Stop starting batches; on return ``steps_sent`` no longer changes."""
+        with self._counting:
+            self.stop_event.set()
 
     def run(self) -> None:
         builder = EpisodeBuilder()
         try:
             with RLinkClient(self.address, timeout=60.0) as client:
                 update = client.get_state()
-                while not self.stop_event.is_set():
-                    chunks = _random_chunks(builder, self.rng, update.want_steps)
-                    self.steps_sent += sum(c["t"] - c["t_started"] for c in chunks)
+                while True:
+                    with self._counting:
+                        if self.stop_event.is_set():
+                            break
+                        chunks = _random_chunks(builder, self.rng, update.want_steps)
+                        self.steps_sent += sum(c["t"] - c["t_started"] for c in chunks)
                     update = client.send_episodes_and_get_state(chunks)
                     self.weights_seen.add(update.seq_no)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -70,7 +81,8 @@ def test_sixty_four_clients_on_one_runner_all_send_and_all_get_weights(ray_local
         results = train(algo, 4)
         # Stop sending; every client's last batch reaches the runner (and it is
         # parked there until the algorithm stops, which answers it with ERROR).
-        stop.set()
+        for client in clients:
+            client.halt()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             stats = _transport_stats(algo)

@@ -152,6 +152,11 @@ class Directory:
             self._loop.run_forever()
         finally:
             self._server.close()
+            # Conversations still open end here, while the loop can still close their sockets.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
