@@ -190,10 +190,6 @@ def test_the_learner_stops_with_nothing_confirmed_lost(training):
     say(f"final, after the job stopped: sent/confirmed/trained {final} over {run.iterations()} iterations")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue #13 report): a runner cut off while its sample() result travels to the driver has "
-    "confirmed steps that RLlib then drops (its actor manager drops results that come after sample_timeout_s), "
-    "and the on-policy update waiting for them can stall until the link is back"))
 def test_a_worker_link_cut_for_20s(training):
     run = training
     hosts = _addresses(run)

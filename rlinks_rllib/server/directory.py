@@ -168,6 +168,9 @@ class Directory:
             await asyncio.wait_for(self._converse(reader, writer), _CONNECTION_DEADLINE_S)
         except (asyncio.TimeoutError, ConnectionError) as exc:
             logger.info("rlinks directory: connection ended: %r", exc)
+        except asyncio.CancelledError:
+            # The directory is stopping (see _run); a cancelled handler would make asyncio log a traceback.
+            logger.debug("rlinks directory: connection closed as the directory stops")
         finally:
             self._connections -= 1
             writer.close()

@@ -48,6 +48,7 @@ from .inference import ServedPolicy
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
+from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted, runner_key
 from .scheduler import SamplePacer, WeightsChange
 from .served import ObservationCheck
 from .settings import RLinkSettings
@@ -110,6 +111,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                   extend_after_s=self.settings.extend_after_s, on_policy=self.on_policy)
 
         self.server: Optional[RLinkServer] = None
+        #: What a remote runner returned and the driver has not yet said it got (see receipts.py);
+        #: None: batches are confirmed when sample() returns.
+        self._returned: Optional[ReturnedBatches] = None
         #: The forward pass for served actions, when this runner serves them.
         self._forward: Optional[ModuleForward] = None
         #: The module as ONNX for clients that ask (``policy_graph``); None: not exported.
@@ -132,6 +136,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 modules_for=None if self._multi_agent is None else self._multi_agent.module_of,
             )
             self.server.replace_weights(self._module_params(), self._weights_seq_no)
+            if self.worker_index > 0 and receipts_wanted(self.config):
+                self._returned = ReturnedBatches()
             self.server.start()
             logger.info("RLinkEnvRunner %d: simulators connect to %s:%d", self.worker_index, *self.address)
 
@@ -217,10 +223,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             episodes.extend(batch.episodes)
             steps += batch.steps
         self._pacer.sampled(steps, time.monotonic())
-        # Confirmed only now that RLlib has them (dropped stale ones too: they
-        # were dealt with). What is still in the inbox is not confirmed, and
-        # a client resends it if this runner dies first.
-        self.server.confirm(batches)
+        self._confirm_when_received(batches)
         if self._ma_metrics is not None:
             self.num_env_steps_sampled_lifetime += self._ma_metrics.sampled(self.metrics, episodes, lags)
         else:
@@ -228,6 +231,43 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             log_sampled(self.metrics, steps, len(finished))
             self.num_env_steps_sampled_lifetime += steps
         return episodes
+
+    def _confirm_when_received(self, batches: list) -> None:
+        """Confirm ``batches`` once RLlib has them (dropped stale ones too: they were dealt with).
+
+        What is still in the inbox is not confirmed, and a client resends it
+        if this runner dies first. A remote runner whose driver sends
+        receipts waits for the one of this result (:meth:`take_receipts`);
+        otherwise returning it counts as handing it over.
+        """
+        if self._returned is None:
+            self.server.confirm(batches)
+            return
+        if not batches:
+            return  # nothing to confirm: no token (RLlib may poll an empty runner many times an iteration)
+        token, overdue = self._returned.add(batches)
+        self.metrics.log_value((*RECEIPTS_KEY, runner_key(self.worker_index)), token, reduce="item_series")
+        if overdue:
+            logger.warning("RLinkEnvRunner %d: no receipt for %d batch(es) from the driver; confirmed without one "
+                           "(is RLinkReceipts in the config's callbacks?)", self.worker_index, len(overdue))
+            self.server.confirm(overdue)
+
+    def take_receipts(self, receipts: dict) -> None:
+        """(Called by the driver's :class:`~.receipts.RLinkReceipts`) which ``sample()`` results arrived.
+
+        Args:
+            receipts: ``runner_key(worker_index)`` -> the tokens the driver
+                got from that runner in the last iteration.
+        """
+        if self._returned is None or self.server is None:
+            return
+        taken, dropped = self._returned.received(receipts.get(runner_key(self.worker_index), ()))
+        self.server.confirm(taken)
+        if dropped:
+            logger.warning("RLinkEnvRunner %d: RLlib never got %d env steps this runner returned (a sample() "
+                           "result that came after sample_timeout_s); they are handed over again",
+                           self.worker_index, sum(batch.steps for batch in dropped))
+            self.server.hand_over_again(dropped)
 
     def get_metrics(self) -> dict:
         if self.server is not None:

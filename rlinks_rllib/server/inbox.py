@@ -90,6 +90,18 @@ class Inbox:
                 self._cond.notify_all()
             return full
 
+    def put_back(self, batches: list[Batch]) -> bool:
+        """Return batches RLlib never got to the front, oldest first; like :meth:`put` otherwise."""
+        with self._cond:
+            self._batches.extendleft(reversed(batches))
+            self._steps += sum(batch.steps for batch in batches)
+            self._bytes += sum(batch.nbytes for batch in batches)
+            full = self._full_locked()
+            self._was_full = self._was_full or full
+            if self._wants and self._steps >= min(self._wants):
+                self._cond.notify_all()
+            return full
+
     def take(self, min_steps: int, timeout: float) -> list[Batch]:
         """Wait until ``min_steps`` are held or ``timeout`` passes; take at least that many.
 

@@ -62,6 +62,9 @@ class ServerStats:
     #: Batches (and their env steps) handed to RLlib and confirmed to their client.
     batches_acked: int = 0
     steps_acked: int = 0
+    #: Batches (and env steps) RLlib dropped after sample() returned them, taken in again.
+    batches_handed_again: int = 0
+    steps_handed_again: int = 0
     tls_handshakes_failed: int = 0
     accept_errors: int = 0
     #: Served actions: ACTs and their rows, actions sent, steps recorded, ACTs

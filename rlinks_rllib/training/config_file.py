@@ -236,6 +236,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     from ray.tune.registry import get_trainable_cls
 
     from ..server.env_runner import RLinkEnvRunner
+    from ..server.receipts import RLinkReceipts
     from ..server.settings import rlinks_env_config
 
     overrides = overrides or {}
@@ -251,6 +252,8 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         raise ConfigFileError(f"{spec.where('rlinks')}: {exc}") from exc
     config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
     config.env_runners(env_runner_cls=RLinkEnvRunner)
+    # Clients are confirmed only for the steps the driver really got from a remote runner.
+    config.callbacks(RLinkReceipts)
     if spec.multi_agent:
         _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})

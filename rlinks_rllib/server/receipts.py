@@ -1,0 +1,168 @@
+"""Confirm a batch only once the driver has it: receipts for ``sample()`` results.
+
+A remote runner's ``sample()`` result still has to reach the driver, and
+RLlib's actor manager drops one that arrives after ``sample_timeout_s`` (a
+link cut between the runner's host and the head is enough). A runner that
+confirmed its batches when ``sample()`` returned would then have told
+clients their steps were safe although nobody trains them.
+
+So a remote runner keeps what it returned (:class:`ReturnedBatches`) under
+a receipt token, which it logs with the result's metrics: RLlib fetches
+``sample()`` and ``get_metrics()`` in one remote call, so the token reaches
+the driver exactly when the episodes do. After each iteration the driver's
+:class:`RLinkReceipts` callback hands every runner the tokens that arrived.
+The batches of a token that arrived are confirmed; those of a token older
+than one that arrived in an earlier iteration never will: RLlib dropped
+them, and the runner hands them to RLlib again.
+
+A config without the callback keeps the old rule (confirm when ``sample()``
+returns); a runner in the driver's own process (``num_env_runners=0``) needs
+no receipts.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.utils.metrics import metrics_logger
+
+from .metrics import RUNNER_METRICS_KEY
+
+__all__ = ["RECEIPTS_KEY", "ReturnedBatches", "RLinkReceipts", "receipts_wanted", "runner_key"]
+
+logger = logging.getLogger(__name__)
+
+#: Where a runner logs its receipt tokens, under ``env_runners``: ``rlinks/receipts/w<worker_index>``.
+RECEIPTS_KEY = (RUNNER_METRICS_KEY, "receipts")
+
+
+def runner_key(worker_index: int) -> str:
+    """The metrics key of one runner's tokens under :data:`RECEIPTS_KEY`."""
+    return f"w{worker_index}"
+
+
+class ReturnedBatches:
+    """Batches a runner returned from ``sample()`` whose receipt has not come back yet.
+
+    Pure bookkeeping (no Ray, no threads): the runner calls it from RLlib's thread.
+
+    Tokens are wall-clock microseconds, strictly increasing within a runner:
+    a runner restarted with the same worker index never mistakes the old
+    one's tokens for its own, and they stay exact in a float metric.
+
+    Args:
+        max_results: results kept waiting for a receipt; past that, the oldest
+            is confirmed without one (the driver is not sending receipts).
+        clock: seconds since the epoch.
+    """
+
+    def __init__(self, max_results: int = 64, clock: Callable[[], float] = time.time) -> None:
+        self.max_results = max_results
+        self._clock = clock
+        self._held: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
+        self._last_token = 0
+        #: The newest token of an earlier call to :meth:`received`: unreceipted tokens below it were dropped.
+        self._received_before = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def add(self, batches: list[Any]) -> tuple[int, list[Any]]:
+        """Keep ``batches`` (one ``sample()`` result) until its receipt.
+
+        Returns:
+            The token to log with the result, and the batches of the oldest
+            results beyond ``max_results`` (to confirm now, receipt or not).
+        """
+        token = self._last_token = max(self._last_token + 1, int(self._clock() * 1e6))
+        self._held[token] = batches
+        overflow: list[Any] = []
+        while len(self._held) > self.max_results:
+            overflow += self._held.popitem(last=False)[1]
+        return token, overflow
+
+    def received(self, tokens: Iterable[int]) -> tuple[list[Any], list[Any]]:
+        """The driver got the results of ``tokens`` (any runner's; others are ignored).
+
+        Returns:
+            ``(taken, dropped)``: the batches the driver has, and those of
+            results it will never have (older than a token received by an
+            earlier call; one iteration of slack for results fetched late).
+        """
+        taken: list[Any] = []
+        newest = 0
+        for token in sorted(int(t) for t in tokens):
+            batches = self._held.pop(token, None)
+            if batches is not None:
+                taken += batches
+                newest = token
+        dropped: list[Any] = []
+        while self._held:
+            oldest = next(iter(self._held))
+            if oldest >= self._received_before:
+                break
+            dropped += self._held.pop(oldest)
+        self._received_before = max(self._received_before, newest)
+        return taken, dropped
+
+
+def receipts_wanted(config: Any) -> bool:
+    """Whether the driver of ``config`` sends receipts (its callbacks include :class:`RLinkReceipts`).
+
+    Also needs RLlib's ``item_series`` metric (a list per iteration), which
+    older Ray lacks: batches are then confirmed when ``sample()`` returns.
+    """
+    if "item_series" not in getattr(metrics_logger, "DEFAULT_STATS_CLS_LOOKUP", {}):
+        return False
+    callbacks = getattr(config, "callbacks_class", None)
+    classes = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+    return any(isinstance(c, type) and issubclass(c, RLinkReceipts) for c in classes)
+
+
+def receipts_in(result: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Take the receipt tokens out of an iteration's result (they are bookkeeping, not a metric)."""
+    rlinks = result.get("env_runners", {}).get(RECEIPTS_KEY[0])
+    if not isinstance(rlinks, dict):
+        return {}
+    found = rlinks.pop(RECEIPTS_KEY[1], None)
+    if not isinstance(found, dict):
+        return {}
+    return {key: _tokens(series) for key, series in found.items()}
+
+
+def _tokens(series: Any) -> list[int]:
+    """The tokens of one runner as RLlib hands them over: a list, or a stats object that peeks as one.
+
+    An iteration without any from that runner reads as NaN.
+    """
+    if hasattr(series, "peek"):
+        series = series.peek()
+    values = series if isinstance(series, (list, tuple)) else [series]
+    return [int(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+class RLinkReceipts(RLlibCallback):
+    """The driver's side: after each iteration, tell the runners which results arrived.
+
+    Add it to a config whose runners are remote ``RLinkEnvRunner`` s, so that
+    clients are confirmed only for steps RLlib really has
+    (``config.callbacks(RLinkReceipts)``; ``rlinks learner`` does this).
+    The call to the runners does not wait: it runs on each runner before
+    the next ``sample()`` the driver sends it.
+    """
+
+    def on_train_result(self, *, algorithm: Any, result: dict, metrics_logger: Optional[Any] = None,
+                        **kwargs: Any) -> None:
+        receipts = receipts_in(result)
+        if not receipts:
+            return
+        group = getattr(algorithm, "env_runner_group", None)
+        if group is None or group.num_remote_env_runners() == 0:
+            return
+        group.foreach_env_runner(lambda runner: runner.take_receipts(receipts), local_env_runner=False,
+                                 timeout_seconds=0.0)
