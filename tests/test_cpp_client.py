@@ -23,8 +23,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -419,33 +420,48 @@ def test_trains_on_policy_with_want_steps_and_acks(cpp):
     np.testing.assert_allclose(chunk["extra_model_outputs"]["action_logp"]["data"], taken, atol=1e-5)
 
 
+@contextmanager
+def directory_of(learner: FakeLearner, **settings) -> Iterator[Directory]:
+    """A directory on loopback built as the learner builds its own (from runner ``settings``), listing ``learner``."""
+    directory = Directory.from_settings(RLinkSettings(port=0, **settings)).start()
+    try:
+        directory.update([Endpoint(1, "127.0.0.1", learner.port)])
+        yield directory
+    finally:
+        directory.stop()
+
+
 def test_follows_the_directory_to_a_runner(cpp):
-    with FakeLearner() as learner:
-        directory = Directory("127.0.0.1", 0).start()
-        try:
-            directory.update([Endpoint(1, "127.0.0.1", learner.port)])
-            result = cartpole(cpp, "--address", f"{directory.address[0]}:{directory.address[1]}",
-                              "--max-steps", "200")
-        finally:
-            directory.stop()
+    with FakeLearner() as learner, directory_of(learner) as directory:
+        result = cartpole(cpp, "--address", f"{directory.address[0]}:{directory.address[1]}", "--max-steps", "200")
     assert result.returncode == 0, result.stderr
     assert f"connected to 127.0.0.1:{learner.port}" in result.stderr
     assert summary_of(result.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
 
 
-def test_auth_and_tls(cpp_openssl, certs, secret_file, tmp_path):
-    settings = dict(tls_cert_file=certs["server"], tls_key_file=certs["server_key"], auth_secret_file=secret_file)
-    with FakeLearner(**settings) as learner:
+@pytest.fixture
+def tls_and_auth(certs, secret_file) -> dict[str, str]:
+    """Runner settings with TLS and the shared secret (SECURITY.md)."""
+    return dict(tls_cert_file=certs["server"], tls_key_file=certs["server_key"], auth_secret_file=secret_file)
+
+
+@pytest.fixture
+def wrong_secret_file(tmp_path) -> str:
+    path = tmp_path / "wrong"
+    path.write_text("another secret of enough length")
+    return str(path)
+
+
+def test_auth_and_tls(cpp_openssl, certs, secret_file, wrong_secret_file, tls_and_auth):
+    with FakeLearner(**tls_and_auth) as learner:
         address = f"tls://localhost:{learner.port}"
         good = cartpole(cpp_openssl, "--address", address, "--ca-file", certs["ca"], "--secret-file", secret_file,
                         "--max-steps", "200")
         assert good.returncode == 0, good.stderr
         assert summary_of(good.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
 
-        wrong = tmp_path / "wrong"
-        wrong.write_text("another secret of enough length")
-        refused = cartpole(cpp_openssl, "--address", address, "--ca-file", certs["ca"], "--secret-file", str(wrong),
-                           "--max-steps", "10", "--retry-attempts", "1")
+        refused = cartpole(cpp_openssl, "--address", address, "--ca-file", certs["ca"],
+                           "--secret-file", wrong_secret_file, "--max-steps", "10", "--retry-attempts", "1")
         assert refused.returncode == 1 and "auth_failed" in refused.stderr, refused.stderr
 
         untrusted = cartpole(cpp_openssl, "--address", address, "--ca-file", certs["other_ca"],
@@ -456,6 +472,32 @@ def test_auth_and_tls(cpp_openssl, certs, secret_file, tmp_path):
         unproven = cartpole(cpp_openssl, "--address", f"127.0.0.1:{learner.port}", "--secret-file", secret_file,
                             "--max-steps", "10")
     assert unproven.returncode == 1 and "did not agree to authenticate" in unproven.stderr, unproven.stderr
+
+
+def test_follows_an_authenticated_tls_directory(cpp_openssl, certs, secret_file, tls_and_auth):
+    """SECURITY.md's one secret and one CA: given the ``tls://`` directory, the CA and the secret only, the
+    client proves itself to the directory (PROTOCOL.md 10.4), then to the runner it is sent to, and trains."""
+    with FakeLearner(**tls_and_auth) as learner, directory_of(learner, **tls_and_auth) as directory:
+        result = cartpole(cpp_openssl, "--address", f"tls://localhost:{directory.address[1]}", "--ca-file", certs["ca"],
+                          "--secret-file", secret_file, "--max-steps", "200")
+    assert result.returncode == 0, result.stderr
+    assert f"connected to tls://127.0.0.1:{learner.port}" in result.stderr
+    assert summary_of(result.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
+
+
+@pytest.mark.parametrize("another_secret, error", [
+    (True, "refused us: auth_failed: the client did not prove it knows the shared secret"),
+    (False, "protocol error (auth_failed): tls://localhost:{port} did not agree to authenticate"),
+], ids=["another_secret", "no_secret"])
+def test_a_directory_without_the_secret_is_refused(cpp_openssl, certs, secret_file, wrong_secret_file, tls_and_auth,
+                                                   another_secret, error):
+    """The runner has the client's secret, the directory in front of it another one or none: no retry."""
+    settings = dict(tls_and_auth, **({"auth_secret_file": wrong_secret_file} if another_secret else {"auth": "off"}))
+    with FakeLearner(**tls_and_auth) as learner, directory_of(learner, **settings) as directory:
+        result = cartpole(cpp_openssl, "--address", f"tls://localhost:{directory.address[1]}", "--ca-file", certs["ca"],
+                          "--secret-file", secret_file, "--max-steps", "10")
+    assert result.returncode == 1 and error.format(port=directory.address[1]) in result.stderr, result.stderr
+    assert learner.server.stats.connections_total == 0  # it learned nothing from the directory
 
 
 def test_without_openssl_auth_and_tls_say_how_to_get_them(cpp, secret_file):
