@@ -32,6 +32,7 @@ import logging
 import math
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace) -> dict:
     client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
                          reliable=args.reliable, secret_file=args.secret_file, ca_file=args.ca_file,
                          cert_file=args.cert_file, key_file=args.key_file)
+    progress: Progress | None = None
     try:
         client.connect()
         # What the runner expects from us. Our server describes it in plain
@@ -169,7 +171,9 @@ def run(args: argparse.Namespace) -> dict:
         obs, _ = env.reset(seed=args.seed)
         builder.reset(obs)
         episode_return = 0.0
-        next_report = time.monotonic()
+        if args.report_every:
+            progress = Progress(client, args.report_every)
+            progress.weights_seq_no = update.seq_no
 
         while steps < args.max_steps and not stopping:
             # want == 0: the runner has all it needs for this update. Ask
@@ -200,26 +204,47 @@ def run(args: argparse.Namespace) -> dict:
                 client.send_episodes(chunks)
                 update = client.get_state()
                 policy.set_params(update.params)
-            if args.report_every and time.monotonic() >= next_report:
-                next_report = time.monotonic() + args.report_every
-                report(client, update.seq_no)
+            if progress is not None:
+                progress.weights_seq_no = update.seq_no
     except ServerError as exc:
         if exc.code != ErrorCode.SHUTTING_DOWN:
             raise
         log.info("the learner stopped; done")  # the normal end of a training run
     finally:
         stats = client.stats
+        if progress is not None:
+            progress.stop()
         client.close()
         env.close()
     return summary(steps, episodes, returns, stats)
 
 
-def report(client: RLinkClient, weights_seq_no: int) -> None:
-    """One ``progress:`` line: what was sent and confirmed so far, where, with which weights."""
-    stats = client.stats
-    print(f"progress: steps_sent={stats.steps_sent} steps_acked={stats.steps_acked} reconnects={stats.reconnects} "
-          f"runner={client.address.host}:{client.address.port} weights={weights_seq_no} time={time.time():.3f}",
-          flush=True)
+class Progress(threading.Thread):
+    """A ``progress:`` line every ``every`` seconds: what was sent and confirmed so far, where, with which weights.
+
+    A thread of its own, so the count goes on while the client waits (for
+    weights, or for a learner that is being restarted): confirmations can
+    come after the last weights of a run. It only reads ``client.stats``
+    and ``client.address``, which any thread may read.
+    """
+
+    def __init__(self, client: RLinkClient, every: float) -> None:
+        super().__init__(daemon=True, name="progress")
+        self.client, self.every = client, every
+        self.weights_seq_no = 0
+        self._stopped = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self.every):
+            stats, address = self.client.stats, self.client.address
+            print(f"progress: steps_sent={stats.steps_sent} steps_acked={stats.steps_acked} "
+                  f"reconnects={stats.reconnects} runner={address.host}:{address.port} "
+                  f"weights={self.weights_seq_no} time={time.time():.3f}", flush=True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=self.every + 1)
 
 
 def summary(steps: int, episodes: int, returns: collections.deque, stats) -> dict:

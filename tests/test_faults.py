@@ -190,13 +190,18 @@ def test_client_killed_mid_frame(ray_local):
     assert all(sampled(r) >= 500 for r in results)
 
 
-def test_runner_killed_and_restarted_clients_reconnect_and_nothing_confirmed_is_lost(ray_local):
+@pytest.mark.parametrize("receipts", [False, True], ids=["confirmed-on-return", "receipts"])
+def test_runner_killed_and_restarted_clients_reconnect_and_nothing_confirmed_is_lost(ray_local, receipts):
     """kill -9 the EnvRunner actor; Ray restarts it on the same port; training and the books go on."""
     import os
+
+    from rlinks_rllib import RLinkReceipts
 
     base = free_port_base()
     config = ppo_config(num_env_runners=1, train_batch=500, num_epochs=1, env_config={"port": base})
     config.fault_tolerance(restart_failed_env_runners=True)
+    if receipts:
+        config.callbacks(RLinkReceipts)
     with running(config.build_algo()) as algo:
         (_, host, port), = runner_addresses(algo)
         assert port == base + 1

@@ -49,17 +49,7 @@ def say(line: str) -> None:
 def training(tmp_path_factory):
     with nc.five_hosts(tmp_path_factory.mktemp("hosts")) as cluster:
         run = Training(cluster)
-        workers = {cluster.net.hosts[w].address for w in nc.WORKERS}
-        for attempt in range(1, PLACEMENT_ATTEMPTS + 1):
-            output = run.submit(stop_reward=1e9, stop_iters=STOP_ITERS)
-            wait_for(lambda: (output / "directory.json").exists(), 240, "directory.json from the learner")
-            placed = {a.split(":")[0] for a in _runners(output).values()}
-            if placed == workers or attempt == PLACEMENT_ATTEMPTS:
-                break
-            # Ray put both runners on one worker (it may: see README); a fresh job places them again.
-            say(f"runners placed on {placed} only; submitting again")
-            cluster.ray.stop_job(run.job[0])
-            cluster.ray.wait_job(run.job[0], 120)
+        _submit_on_both_workers(run)
         run.sims = nc.start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory,
                                        SIMS_PER_HOST)
         say(f"hosts {_addresses(run)}; logs in {cluster.work}")
@@ -70,6 +60,22 @@ def training(tmp_path_factory):
                 (cluster.work / f"{job_id}.log").write_text(cluster.ray.job_logs(job_id))
             for sim in run.sims:
                 (cluster.work / f"sim-{sim.name}.tail").write_text("\n".join(sim.tail))
+
+
+def _submit_on_both_workers(run: Training, resume: str | None = None) -> None:
+    """Submit the learner; again (up to ``PLACEMENT_ATTEMPTS`` jobs) while Ray puts both runners on one worker."""
+    cluster = run.cluster
+    workers = {cluster.net.hosts[w].address for w in nc.WORKERS}
+    for attempt in range(1, PLACEMENT_ATTEMPTS + 1):
+        output = run.submit(stop_reward=1e9, stop_iters=STOP_ITERS, resume=resume)
+        wait_for(lambda: (output / "directory.json").exists(), 240, "directory.json from the learner")
+        placed = {a.split(":")[0] for a in _runners(output).values()}
+        if placed == workers or attempt == PLACEMENT_ATTEMPTS:
+            return
+        # Ray put both runners on one worker (it may: see README); a fresh job places them again.
+        say(f"runners placed on {placed} only; submitting again")
+        cluster.ray.stop_job(run.job[0])
+        cluster.ray.wait_job(run.job[0], 120)
 
 
 def _sim_state(run: Training) -> str:
@@ -194,7 +200,7 @@ def test_a_worker_link_cut_for_20s(training):
     run = training
     hosts = _addresses(run)
     # The learner was stopped by the test before: a fresh job (resumed) for this last fault.
-    run.submit(stop_reward=1e9, stop_iters=STOP_ITERS, resume=str(run.job[1] / "checkpoint"))
+    _submit_on_both_workers(run, resume=str(run.job[1] / "checkpoint"))
     acked = {s.name: s.count("steps_acked") for s in run.sims}
     wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in run.sims), 240,
              f"every simulator confirmed by the resubmitted learner ({_sim_state(run)})")
@@ -238,8 +244,10 @@ def test_a_worker_link_cut_for_20s(training):
     say(f"(a) link of {cut} cut {CUT_S}s: {len(moved)} simulators moved to the other runner in {recovery:.1f}s; "
         f"{cut_runner} served again {back:.1f}s after the link came back, listed by the directory after "
         f"{back + listed:.1f}s; "
-        f"sent/confirmed/trained before {before}, after {after}")
-    assert after["confirmed"] == after["trained"], f"confirmed steps lost: {after}"
+        f"sent/confirmed/trained before {before}, after {after} ({after['trained'] - after['confirmed']} trained twice)")
+    # A dropped sample() result is handed over again by its runner; a batch whose ACK the cut kept from its
+    # client is sent again by the client too: trained twice, never lost (docs/SECURITY.md, Delivery).
+    assert after["confirmed"] <= after["trained"], f"confirmed steps lost: {after}"
 
 
 def test_print_the_numbers():

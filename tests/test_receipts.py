@@ -1,4 +1,4 @@
-"""A batch is confirmed only once the driver has it, even when RLlib drops a late sample() result."""
+"""No confirmed step is lost when RLlib drops a late ``sample()`` result: the runner hands it over again."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class _Clock:
         return self.now
 
 
-def test_a_receipt_confirms_its_result_and_nothing_else():
+def test_a_receipt_lets_go_of_its_result_and_nothing_else():
     returned = ReturnedBatches(clock=_Clock())
     t1, _ = returned.add(["a"])
     t2, _ = returned.add(["b", "c"])
@@ -53,14 +53,14 @@ def test_tokens_of_other_runners_and_old_ones_are_ignored():
     assert returned.received([token]) == ([], [])
 
 
-def test_without_receipts_the_oldest_results_are_confirmed_past_the_bound():
+def test_without_receipts_the_oldest_results_are_let_go_past_the_bound():
     returned = ReturnedBatches(max_results=2, clock=_Clock())
     assert returned.add(["a"])[1] == []
     assert returned.add(["b"])[1] == []
     assert returned.add(["c"])[1] == ["a"]
 
 
-def test_the_runner_waits_for_receipts_only_when_the_driver_sends_them():
+def test_the_runner_keeps_its_results_only_when_the_driver_sends_receipts():
     from rlinks_rllib import RLinkReceipts
 
     assert not receipts_wanted(ppo_config(num_env_runners=1))
@@ -102,7 +102,7 @@ def _stats(algo) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_steps_of_a_result_rllib_dropped_are_handed_over_again_and_confirmed_only_then(ray_local):
+def test_steps_of_a_result_rllib_dropped_are_handed_over_again(ray_local):
     """Freeze the runner past ``sample_timeout_s``: its late result is dropped by RLlib, not lost."""
     from rlinks_rllib import RLinkReceipts
 
@@ -130,7 +130,7 @@ def test_steps_of_a_result_rllib_dropped_are_handed_over_again_and_confirmed_onl
             if handed_again:
                 break
         assert handed_again > 0, "no sample() result was dropped: the test did not test anything"
-        # RLlib takes what was handed over again; after each iteration the receipts confirm what it got.
+        # RLlib takes what was handed over again: every step confirmed once, and RLlib has each once.
         for _ in range(2):
             result = algo.train()
         sampled = result["env_runners"]["num_env_steps_sampled_lifetime"]

@@ -112,7 +112,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
 
         self.server: Optional[RLinkServer] = None
         #: What a remote runner returned and the driver has not yet said it got (see receipts.py);
-        #: None: batches are confirmed when sample() returns.
+        #: None: no receipts come, and a result RLlib drops is lost.
         self._returned: Optional[ReturnedBatches] = None
         #: The forward pass for served actions, when this runner serves them.
         self._forward: Optional[ModuleForward] = None
@@ -233,24 +233,23 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         return episodes
 
     def _confirm_when_received(self, batches: list) -> None:
-        """Confirm ``batches`` once RLlib has them (dropped stale ones too: they were dealt with).
+        """Confirm ``batches``, now that ``sample()`` hands them to RLlib (dropped stale ones too).
 
         What is still in the inbox is not confirmed, and a client resends it
         if this runner dies first. A remote runner whose driver sends
-        receipts waits for the one of this result (:meth:`take_receipts`);
-        otherwise returning it counts as handing it over.
+        receipts also keeps them until the receipt of this result comes
+        (:meth:`take_receipts`), to hand them to RLlib again if the driver
+        never got them.
         """
-        if self._returned is None:
-            self.server.confirm(batches)
-            return
-        if not batches:
-            return  # nothing to confirm: no token (RLlib may poll an empty runner many times an iteration)
+        self.server.confirm(batches)
+        if self._returned is None or not batches:
+            return  # nothing to keep (RLlib may poll an empty runner many times an iteration)
         token, overdue = self._returned.add(batches)
         self.metrics.log_value((*RECEIPTS_KEY, runner_key(self.worker_index)), token, reduce="item_series")
         if overdue:
-            logger.warning("RLinkEnvRunner %d: no receipt for %d batch(es) from the driver; confirmed without one "
-                           "(is RLinkReceipts in the config's callbacks?)", self.worker_index, len(overdue))
-            self.server.confirm(overdue)
+            logger.warning("RLinkEnvRunner %d: no receipt from the driver for %d batch(es); they can no longer be "
+                           "handed over again if RLlib dropped them (is RLinkReceipts in the config's callbacks?)",
+                           self.worker_index, len(overdue))
 
     def take_receipts(self, receipts: dict) -> None:
         """(Called by the driver's :class:`~.receipts.RLinkReceipts`) which ``sample()`` results arrived.
@@ -261,8 +260,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         """
         if self._returned is None or self.server is None:
             return
-        taken, dropped = self._returned.received(receipts.get(runner_key(self.worker_index), ()))
-        self.server.confirm(taken)
+        _, dropped = self._returned.received(receipts.get(runner_key(self.worker_index), ()))
         if dropped:
             logger.warning("RLinkEnvRunner %d: RLlib never got %d env steps this runner returned (a sample() "
                            "result that came after sample_timeout_s); they are handed over again",

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import errno
 import logging
 import socket
@@ -201,9 +202,6 @@ class RLinkServer:
         self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
-        # (client_id, seq) below those marks that RLlib dropped (see receipts.py) -> whether the
-        # batch is held again (in the inbox, unconfirmed) or forgotten (its client must resend it).
-        self._holes: collections.OrderedDict[tuple[str, int], bool] = collections.OrderedDict()
         self._by_client: dict[str, Session] = {}
         self._state_body: bytes | None = None
         self._session_numbers = 0
@@ -508,24 +506,21 @@ class RLinkServer:
 
     def already_held(self, client_id: str, seq: int) -> bool:
         """Whether batch ``seq`` of ``client_id`` was taken in before (it is a resend)."""
-        return seq <= self._seqs.get(client_id, (0, 0))[0] and self._holes.get((client_id, seq), True)
+        return seq <= self._seqs.get(client_id, (0, 0))[0]
 
     def already_confirmed(self, client_id: str, seq: int) -> bool:
         """Whether batch ``seq`` of ``client_id`` was handed to RLlib (and so confirmed)."""
-        return seq <= self._seqs.get(client_id, (0, 0))[1] and (client_id, seq) not in self._holes
+        return seq <= self._seqs.get(client_id, (0, 0))[1]
 
     def _mark_held(self, client_id: str, seq: int) -> None:
-        held, confirmed = self._seqs.get(client_id, (0, 0))
-        if (client_id, seq) in self._holes:
-            self._holes[(client_id, seq)] = True
-        self._seqs[client_id] = (max(held, seq), confirmed)
+        _, confirmed = self._seqs.get(client_id, (0, 0))
+        self._seqs[client_id] = (seq, confirmed)
         self._seqs.move_to_end(client_id)
         while len(self._seqs) > _HELD_SEQ_MAX:
             self._seqs.popitem(last=False)
 
     def _confirm(self, taken: Iterable[tuple[str, int, int]]) -> None:
         for client_id, seq, steps in taken:
-            self._holes.pop((client_id, seq), None)
             held, confirmed = self._seqs.get(client_id, (seq, 0))
             self._seqs[client_id] = (max(held, seq), max(confirmed, seq))
             self.stats.batches_acked += 1
@@ -680,43 +675,32 @@ class RLinkServer:
         taken = [(b.client, b.seq, b.steps) for b in batches if getattr(b, "seq", None) is not None]
         if not taken:
             return
-        self._batches_to_loop(self._confirm, taken, "handed to RLlib are not confirmed")
+        self._batches_to_loop(self._confirm, taken, "handed to RLlib are not confirmed; reliable clients resend "
+                              "them to the next runner")
 
     def hand_over_again(self, batches: list[Batch]) -> None:
-        """(Any thread) RLlib dropped these batches after ``sample()`` returned them: take them in again.
+        """(Any thread) RLlib dropped these batches after ``sample()`` returned them: queue them again.
 
-        Batches of clients connected now go back to the front of the inbox and
-        are confirmed when RLlib has them. Those of clients that left are
-        forgotten: a reliable client resends them (here or to another runner),
-        and they are taken in again then rather than confirmed as duplicates.
+        They were confirmed when first returned, so their clients won't send
+        them again: this runner's copy is the one left. They go back to the
+        front of the inbox as the runner's own (no ``seq``: not confirmed twice).
         """
-        if not batches:
-            return
-        self._batches_to_loop(self._hand_over_again, batches, "RLlib dropped are not taken in again")
+        if batches:
+            self._batches_to_loop(self._hand_over_again, batches, "RLlib dropped (already confirmed) are lost")
 
     def _batches_to_loop(self, handler: Callable[[list], None], batches: list, lost: str) -> None:
         """Run ``handler(batches)`` on the loop thread; say what happens to them if the loop is closed."""
         try:
             self._loop.call_soon_threadsafe(handler, batches)
         except RuntimeError:
-            logger.warning("rlinks: %d batch(es) %s: the server loop is closed; reliable clients resend them "
-                           "to the next runner", len(batches), lost)
+            logger.warning("rlinks: the server loop is closed: %d batch(es) %s", len(batches), lost)
 
     def _hand_over_again(self, batches: list[Batch]) -> None:
-        again = []
-        for batch in batches:
-            seq = getattr(batch, "seq", None)
-            if seq is not None:
-                connected = batch.client in self._by_client
-                self._holes[(batch.client, seq)] = connected
-                while len(self._holes) > _HELD_SEQ_MAX:
-                    self._holes.popitem(last=False)
-                if not connected:
-                    continue
-            again.append(batch)
+        again = [dataclasses.replace(batch, seq=None) if getattr(batch, "seq", None) is not None else batch
+                 for batch in batches]
         self.stats.batches_handed_again += len(again)
         self.stats.steps_handed_again += sum(batch.steps for batch in again)
-        if again and self.inbox.put_back(again):
+        if self.inbox.put_back(again):
             self._pause_all()
 
     def cut_served(self, timeout: float = _CUT_WAIT_S) -> None:

@@ -1,23 +1,29 @@
-"""Confirm a batch only once the driver has it: receipts for ``sample()`` results.
+"""Receipts for ``sample()`` results, so that none that RLlib drops is lost.
 
 A remote runner's ``sample()`` result still has to reach the driver, and
 RLlib's actor manager drops one that arrives after ``sample_timeout_s`` (a
-link cut between the runner's host and the head is enough). A runner that
-confirmed its batches when ``sample()`` returned would then have told
-clients their steps were safe although nobody trains them.
+link cut between the runner's host and the head is enough). The runner
+confirmed those batches when ``sample()`` returned them, so their clients
+won't send them again: without more, they would be lost.
 
 So a remote runner keeps what it returned (:class:`ReturnedBatches`) under
 a receipt token, which it logs with the result's metrics: RLlib fetches
 ``sample()`` and ``get_metrics()`` in one remote call, so the token reaches
 the driver exactly when the episodes do. After each iteration the driver's
 :class:`RLinkReceipts` callback hands every runner the tokens that arrived.
-The batches of a token that arrived are confirmed; those of a token older
-than one that arrived in an earlier iteration never will: RLlib dropped
-them, and the runner hands them to RLlib again.
+The batches of a token that arrived are let go; those of a token older
+than one that arrived in an earlier iteration never will arrive: RLlib
+dropped them, and the runner hands them to RLlib again.
 
-A config without the callback keeps the old rule (confirm when ``sample()``
-returns); a runner in the driver's own process (``num_env_runners=0``) needs
-no receipts.
+Confirming only once the receipt came would be the other way; it was tried
+and rejected: a runner that dies during the learner's update (after RLlib
+got its result, before the receipt) then leaves batches RLlib has
+unconfirmed, and their clients send them again elsewhere, to be trained
+twice. The window of confirm-on-return is milliseconds instead.
+
+A config without the callback keeps what it had (a result RLlib drops is
+lost); a runner in the driver's own process (``num_env_runners=0``) has
+nothing to lose on the way.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ class ReturnedBatches:
 
     Args:
         max_results: results kept waiting for a receipt; past that, the oldest
-            is confirmed without one (the driver is not sending receipts).
+            is let go without one (the driver is not sending receipts).
         clock: seconds since the epoch.
     """
 
@@ -77,7 +83,7 @@ class ReturnedBatches:
 
         Returns:
             The token to log with the result, and the batches of the oldest
-            results beyond ``max_results`` (to confirm now, receipt or not).
+            results beyond ``max_results`` (let go without a receipt).
         """
         token = self._last_token = max(self._last_token + 1, int(self._clock() * 1e6))
         self._held[token] = batches
@@ -115,7 +121,7 @@ def receipts_wanted(config: Any) -> bool:
     """Whether the driver of ``config`` sends receipts (its callbacks include :class:`RLinkReceipts`).
 
     Also needs RLlib's ``item_series`` metric (a list per iteration), which
-    older Ray lacks: batches are then confirmed when ``sample()`` returns.
+    older Ray lacks: a result RLlib drops is then lost, as without receipts.
     """
     if "item_series" not in getattr(metrics_logger, "DEFAULT_STATS_CLS_LOOKUP", {}):
         return False
@@ -150,7 +156,7 @@ class RLinkReceipts(RLlibCallback):
     """The driver's side: after each iteration, tell the runners which results arrived.
 
     Add it to a config whose runners are remote ``RLinkEnvRunner`` s, so that
-    clients are confirmed only for steps RLlib really has
+    no confirmed step is lost to a ``sample()`` result RLlib drops
     (``config.callbacks(RLinkReceipts)``; ``rlinks learner`` does this).
     The call to the runners does not wait: it runs on each runner before
     the next ``sample()`` the driver sends it.

@@ -252,7 +252,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         raise ConfigFileError(f"{spec.where('rlinks')}: {exc}") from exc
     config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
     config.env_runners(env_runner_cls=RLinkEnvRunner)
-    # Clients are confirmed only for the steps the driver really got from a remote runner.
+    # A remote runner hands RLlib again what it dropped (a sample() result that came too late).
     config.callbacks(RLinkReceipts)
     if spec.multi_agent:
         _multi_agent(spec, config)
