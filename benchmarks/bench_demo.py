@@ -352,16 +352,19 @@ def pace(run: Run) -> dict[str, float]:
 
     The first iteration also carries what happens once (clients connecting,
     first forward passes), so it counts only when it is all there is.
-    ``other_s`` is the wall time no RLlib timer covers (results, our
-    learner's per-iteration bookkeeping); ``per_learn`` is wall / learner
-    update, the #14 aim.
+    ``in_train_s`` is the rest of RLlib's ``train()`` (its runner-state
+    sync, result compilation); ``outside_s`` is the wall time outside
+    ``train()`` (for ours: the learner's per-iteration bookkeeping, one round
+    trip to every runner among it). ``per_learn`` is wall / learner update,
+    the #14 aim.
     """
     times = run.times[1:] or run.times
     if not times:
         return {}
     sums = {k: math.fsum(t[k] for t in times) for k in ("wall_s", "iter_s", *PHASES)}
     mean = {k: v / len(times) for k, v in sums.items()}
-    mean["other_s"] = mean["wall_s"] - math.fsum(mean[k] for k in PHASES)
+    mean["in_train_s"] = mean["iter_s"] - math.fsum(mean[k] for k in PHASES)
+    mean["outside_s"] = mean["wall_s"] - mean["iter_s"]
     mean["per_learn"] = sums["wall_s"] / sums["learn_s"] if sums["learn_s"] else math.nan
     return mean
 
@@ -369,10 +372,10 @@ def pace(run: Run) -> dict[str, float]:
 def print_pace(runs: list[Run], sides: list[str]) -> None:
     """Where each side's iterations went, and the ratio to the learner's update (aim <= 1.2)."""
     paces = {side: [pace(r) for r in runs if r.side == side and r.times] for side in sides}
-    columns = ("wall_s", "learn_s", "sample_s", "sync_s", "other_s", "per_learn")
+    columns = ("wall_s", "learn_s", "sample_s", "sync_s", "in_train_s", "outside_s", "per_learn")
     print("\n  per iteration (mean over iterations after the first, median over rounds):")
-    print_table(["side", "s/iteration", "learner update (s)", "sample (s)", "weight sync (s)", "other (s)",
-                 "s/iteration / update"],
+    print_table(["side", "s/iteration", "learner update (s)", "sample (s)", "weight sync (s)", "rest of train() (s)",
+                 "outside train() (s)", "s/iteration / update"],
                 [[side, *(median(p[k] for p in paces[side]) for k in columns)] for side in sides])
     print()
     for side in sides:
