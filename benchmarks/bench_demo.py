@@ -61,6 +61,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -92,6 +93,8 @@ class Run:
     note: str = ""
     #: Per iteration up to the counted one: wall seconds and RLlib's phases (see :func:`pace`).
     times: list[dict] = field(default_factory=list)
+    #: CPU seconds per iteration by role (ours only; see :class:`CpuByIteration`).
+    cpu: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------
@@ -124,23 +127,99 @@ def free_base_port(span: int, attempts: int = 50) -> int:
     raise RuntimeError(f"no {span + 1} consecutive free ports found on {LOOPBACK}")
 
 
-def run_group(cmd: list[str], log: Path, timeout: float) -> tuple[int | None, str]:
-    """Run ``cmd`` in a new process group; return (exit code or None on timeout, its output).
+def run_group(cmd: list[str], log: Path, timeout: float,
+              on_poll: Callable[[int], None] | None = None) -> tuple[int | None, str]:
+    """Run ``cmd`` in a new session; return (exit code or None on timeout, its output).
 
+    ``on_poll(session id)`` is called every :data:`POLL_S` while it runs.
     Whatever happens, the whole group (Ray's processes and clients included)
     is SIGKILLed before returning.
     """
+    deadline = time.monotonic() + timeout
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        code: int | None = None
         try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
+            while code is None and time.monotonic() < deadline:
+                if on_poll is not None:
+                    on_poll(proc.pid)
+                time.sleep(POLL_S)
+                code = proc.poll()
         finally:
             kill_group(proc.pid)
             proc.wait(timeout=10)
     return code, log.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------
+# Where the CPU went (ours): every process of the demo's session, by role
+
+POLL_S = 0.1
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CPU_ROLES = ("learner", "clients", "runners", "ray")
+
+
+def session_cpu(sid: int) -> dict[str, float]:
+    """CPU seconds used so far by each process of session ``sid``, summed by role.
+
+    The session leader is the learner; its client processes are named by
+    their ``--address``; Ray's actors of our runner class are the runners;
+    the rest (raylet, GCS, agents) is Ray.
+    """
+    used = dict.fromkeys(CPU_ROLES, 0.0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if int(fields[3]) != sid:
+            continue
+        pid = int(entry)
+        role = ("learner" if pid == sid else "runners" if b"RLinkEnvRunner" in cmdline
+                else "clients" if b"--address" in cmdline else "ray")
+        used[role] += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+    return used
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores of this machine spent busy (not idle or waiting on I/O) since boot."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
+
+
+class CpuByIteration:
+    """Marks the demo session's CPU each time its ``progress.csv`` gains a row.
+
+    The CPU of iterations ``a+1 .. b`` is the difference of the marks taken
+    when rows ``a`` and ``b`` appeared (each up to :data:`POLL_S` late).
+    """
+
+    def __init__(self, csv_path: Path) -> None:
+        self.csv_path = csv_path
+        self.marks: dict[int, tuple[float, dict[str, float], float]] = {}
+
+    def __call__(self, sid: int) -> None:
+        try:
+            rows = max(0, len(self.csv_path.read_text().splitlines()) - 1)
+        except OSError:
+            return  # no iteration yet
+        if rows and rows not in self.marks:
+            self.marks[rows] = (time.monotonic(), session_cpu(sid), machine_busy_s())
+
+    def per_iteration(self, first: int, last: int) -> dict[str, float]:
+        """Mean CPU seconds per iteration of ``first+1 .. last`` by role, ``wall_s`` and ``machine_s``."""
+        marked = [k for k in self.marks if first <= k <= last]
+        if len(marked) < 2:
+            return {}
+        a, b = self.marks[min(marked)], self.marks[max(marked)]
+        n = max(marked) - min(marked)
+        cpu = {role: (b[1][role] - a[1][role]) / n for role in CPU_ROLES}
+        return {**cpu, "wall_s": (b[0] - a[0]) / n, "machine_s": (b[2] - a[2]) / n}
 
 
 # --------------------------------------------------------------------------
@@ -154,7 +233,8 @@ def run_ours(round_: int, logs: Path, target: float, max_iters: int, max_train_s
     csv_path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "rlinks_rllib", "demo", "--port", "0", "--output", str(output),
            "--stop-iters", str(max_iters)]
-    code, text = run_group(cmd, logs / f"ours-{round_}.log", max_train_s + STARTUP_GRACE_S)
+    cpu = CpuByIteration(csv_path)
+    code, text = run_group(cmd, logs / f"ours-{round_}.log", max_train_s + STARTUP_GRACE_S, on_poll=cpu)
     rows = []
     if csv_path.exists():
         with open(csv_path, newline="") as f:
@@ -164,7 +244,9 @@ def run_ours(round_: int, logs: Path, target: float, max_iters: int, max_train_s
     if not rows:
         tail = " / ".join(text.strip().splitlines()[-3:])
         return Run("ours", round_, False, math.nan, 0, 0, math.nan, note or f"no progress.csv: {tail}")
-    return _first_at_target("ours", round_, rows, target, max_train_s, note)
+    run = _first_at_target("ours", round_, rows, target, max_train_s, note)
+    run.cpu = cpu.per_iteration(1, run.iterations)
+    return run
 
 
 #: What every side reports per iteration: the columns of our ``progress.csv`` these use.
@@ -377,6 +459,18 @@ def print_pace(runs: list[Run], sides: list[str]) -> None:
     print_table(["side", "s/iteration", "learner update (s)", "sample (s)", "weight sync (s)", "rest of train() (s)",
                  "outside train() (s)", "s/iteration / update"],
                 [[side, *(median(p[k] for p in paces[side]) for k in columns)] for side in sides])
+    cpus = [(r.cpu, pace(r)) for r in runs if r.side == "ours" and r.cpu]
+    if cpus:
+        cores = os.cpu_count() or 1
+        cpu = {k: median(c[k] for c, _ in cpus) for k in (*CPU_ROLES, "wall_s", "machine_s")}
+        demo = math.fsum(cpu[role] for role in CPU_ROLES)
+        floor = median(math.fsum(c[role] for role in CPU_ROLES) / cores / p["learn_s"] for c, p in cpus)
+        print(f"\n  ours, CPU seconds per iteration (the same iterations, from /proc): "
+              + ", ".join(f"{role} {cpu[role]:.2f}" for role in CPU_ROLES)
+              + f"; {demo:.2f} in all = {demo / cpu['wall_s']:.2f} of {cores} cores busy with the demo "
+              f"({cpu['machine_s'] / cpu['wall_s']:.2f} with everything else on the machine)")
+        print(f"  ours, CPU floor: all of the demo's CPU spread over {cores} cores, "
+              f"s/iteration / learner update >= {floor:.2f}")
     print()
     for side in sides:
         ratio = median(p["per_learn"] for p in paces[side])
