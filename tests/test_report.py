@@ -55,6 +55,11 @@ def test_iteration_times_undo_rllibs_moving_average_of_its_timers():
                                     times=times.update(result)))
     # Without undoing it, the fourth learner update would read 1.96 s (the average, still near the first).
     assert result[TIMERS][LEARNER_UPDATE_TIMER] > 1.9
+    # An iteration of two training_step calls (min_time_s_per_iteration): the row has both together.
+    for _ in range(2):
+        metrics.log_value((TIMERS, LEARNER_UPDATE_TIMER), 0.4, reduce="ema")
+    result = {**metrics.compile(), "num_training_step_calls_per_iteration": 2}
+    assert times.update(result)["learn_s"] == pytest.approx(0.8, abs=1e-3)
     for row, (wall, learn, sample, sync) in zip(rows, pushed):
         assert set(TIME_COLUMNS) <= set(row)
         assert (row["iter_s"], row["learn_s"], row["sample_s"]) == pytest.approx((wall, learn, sample), abs=1e-3)

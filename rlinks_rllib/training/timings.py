@@ -8,9 +8,17 @@ undoes the average, so each iteration gets its own seconds back::
 
     value_t = (ema_t - (1 - c) * ema_{t-1}) / c
 
+When an iteration calls ``training_step`` k times (``min_time_s_per_iteration``
+and the like; RLlib reports k), a timer is pushed k times, and the row gets
+their sum, taking the k values as equal (their weights in the average differ
+by at most a factor ``(1 - c) ** (k - 1)``)::
+
+    sum_t = k * (ema_t - (1 - c) ** k * ema_{t-1}) / (1 - (1 - c) ** k)
+
 A timer seen for the first time is its own value (the average starts at the
-first value pushed). Only timers RLlib logged in the iteration are updated;
-one that did not run (an iteration that returned early) reads NaN.
+first value pushed; after a restore from a checkpoint the first row reads the
+restored average instead). A timer that did not run in the iteration (one
+that returned early) reads NaN.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Mapping
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_SAMPLING_TIMER,
     LEARNER_UPDATE_TIMER,
+    NUM_TRAINING_STEP_CALLS_PER_ITERATION,
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
 )
@@ -59,19 +68,21 @@ class IterationTimes:
         whose timer is absent or did not move reads NaN.
         """
         timers = result.get(TIMERS, {})
+        calls = max(1, int(result.get(NUM_TRAINING_STEP_CALLS_PER_ITERATION) or 1))
         times = {"iter_s": float(result.get("time_this_iter_s", math.nan))}
         for column, key in PHASES.items():
-            times[column] = self._unsmooth(key, timers.get(key))
+            times[column] = self._unsmooth(key, timers.get(key), calls)
         return times
 
-    def _unsmooth(self, key: str, ema) -> float:
+    def _unsmooth(self, key: str, ema, calls: int) -> float:
         if ema is None or ema != ema:
             return math.nan
         ema = float(ema)
         last = self._last.get(key)
         self._last[key] = ema
         if last is None:
-            return ema
+            return calls * ema  # k pushes into an empty average: ~their mean, the best there is
         if ema == last:
             return math.nan  # not logged this iteration (an exact repeat of the average is no measurement)
-        return max(0.0, (ema - (1.0 - self._coeff) * last) / self._coeff)
+        kept = (1.0 - self._coeff) ** calls
+        return max(0.0, calls * (ema - kept * last) / (1.0 - kept))
