@@ -63,6 +63,10 @@ def test_bench_demo_quick():
     out = run_quick("bench_demo.py")
     assert "ratio ours/rllib time to" in out, out
     assert "s per iteration: ours" in out, out
+    # Issue #14: where the iterations went, beside the learner's own update time.
+    assert "learner update (s)" in out, out
+    for side in ("ours", "rllib"):
+        assert f"ratio {side} s/iteration / learner update time:" in out, out
 
 
 def test_bench_served_quick():

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from .config_file import build_algorithm_config, load_spec
 from .report import format_row, plot_curve, row_from_result, write_csv
+from .timings import IterationTimes
 
 __all__ = ["LearnerOptions", "run_learner", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
 
@@ -247,6 +248,7 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
            print_fn: Callable[[str], None]) -> list[dict]:
     """The training loop: until the stop reward, the iteration cap, or SIGTERM (after the iteration under way)."""
     started = time.monotonic()
+    times = IterationTimes()
     for iteration in range(1, stop_iters + 1):
         result = algo.train()
         runners = _live_runners(algo)
@@ -254,7 +256,8 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
             directory.update(runners)
             _note_moves(addresses, runners, output, print_fn)
         row = row_from_result(result, time_s=time.monotonic() - started,
-                              clients=sum(e.clients for e in runners), previous=rows[-1] if rows else None)
+                              clients=sum(e.clients for e in runners), previous=rows[-1] if rows else None,
+                              times=times.update(result))
         rows.append(row)
         print_fn(format_row(row))
         write_csv(rows, output / "progress.csv")

@@ -11,12 +11,14 @@ import csv
 import math
 import numbers
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
+
+from .timings import TIME_COLUMNS
 
 __all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
 
 COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
-           "weights_seq_no", "policy_lag_max")
+           "weights_seq_no", "policy_lag_max", *TIME_COLUMNS)
 #: Prefix of the per-policy return columns a multi-agent run adds (``return_<module id>``).
 POLICY_RETURN_PREFIX = "return_"
 _SINGLE_AGENT_MODULE = "default_policy"
@@ -27,8 +29,13 @@ def _count(value) -> int:
     return int(value) if isinstance(value, numbers.Real) and value == value and value else 0
 
 
-def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict | None) -> dict:
-    """One row of the run's table from an ``algo.train()`` result."""
+def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict | None,
+                    times: Mapping[str, float] | None = None) -> dict:
+    """One row of the run's table from an ``algo.train()`` result.
+
+    ``times`` is the iteration's :meth:`~.timings.IterationTimes.update`
+    (seconds per phase); without it those columns read NaN.
+    """
     runners = result.get("env_runners", {})
     rlinks = runners.get("rlinks", {})
     steps = _count(runners.get("num_env_steps_sampled_lifetime"))
@@ -45,6 +52,7 @@ def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict
         "clients": clients,
         "weights_seq_no": _count(rlinks.get("weights_seq_no")),
         "policy_lag_max": float(_count(rlinks.get("policy_lag_max"))),
+        **{column: round(float((times or {}).get(column, math.nan)), 4) for column in TIME_COLUMNS},
         **_policy_returns(runners),
     }
 
