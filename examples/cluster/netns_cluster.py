@@ -497,6 +497,8 @@ class Simulator:
     progress: dict = field(default_factory=dict)
     summary: str = ""
     tail: list = field(default_factory=list)
+    #: runner -> the highest ``steps_acked`` seen while connected to it (the line says where it is now).
+    acked_on: dict = field(default_factory=dict)
 
     def read(self) -> None:
         assert self.proc.stdout is not None
@@ -504,6 +506,8 @@ class Simulator:
             line = line.rstrip()
             if line.startswith("progress: "):
                 self.progress = dict(item.split("=", 1) for item in line[len("progress: "):].split())
+                runner = self.progress.get("runner", "?")
+                self.acked_on[runner] = max(self.acked_on.get(runner, 0), self.count("steps_acked"))
             elif line.startswith("summary: "):
                 self.summary = line
             self.tail.append(line)
