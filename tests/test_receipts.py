@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness import ppo_config, running
+from test_hostile_runner import cartpole_chunks
 from rlinks_rllib.client import RLinkClient
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.server.env_runner import runner_addresses
@@ -82,15 +83,9 @@ class _SlowClient(threading.Thread):
             with RLinkClient(self.address, timeout=60.0) as client:
                 update = client.get_state()
                 while not self.stop_event.is_set():
-                    for _ in range(update.want_steps):
-                        if builder.episode_id is None:
-                            builder.reset(self.rng.normal(size=4).astype(np.float32))
-                        builder.step(int(self.rng.integers(2)), 1.0, self.rng.normal(size=4).astype(np.float32),
-                                     bool(self.rng.random() < 1 / 30), False,
-                                     extra={"action_logp": np.float32(-0.69),
-                                            "action_dist_inputs": np.zeros(2, np.float32)})
+                    chunks = cartpole_chunks(builder, self.rng, update.want_steps)
                     time.sleep(self.pause_s)
-                    update = client.send_episodes_and_get_state(builder.take_chunks())
+                    update = client.send_episodes_and_get_state(chunks)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             if not self.stop_event.is_set():
                 self.error = exc

@@ -223,7 +223,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             episodes.extend(batch.episodes)
             steps += batch.steps
         self._pacer.sampled(steps, time.monotonic())
-        self._confirm_when_received(batches)
+        self._confirm_and_keep(batches)
         if self._ma_metrics is not None:
             self.num_env_steps_sampled_lifetime += self._ma_metrics.sampled(self.metrics, episodes, lags)
         else:
@@ -232,7 +232,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.num_env_steps_sampled_lifetime += steps
         return episodes
 
-    def _confirm_when_received(self, batches: list) -> None:
+    def _confirm_and_keep(self, batches: list) -> None:
         """Confirm ``batches``, now that ``sample()`` hands them to RLlib (dropped stale ones too).
 
         What is still in the inbox is not confirmed, and a client resends it

@@ -82,25 +82,23 @@ class Inbox:
         """
         with self._cond:
             self._batches.append(batch)
-            self._steps += batch.steps
-            self._bytes += batch.nbytes
-            full = self._full_locked()
-            self._was_full = self._was_full or full
-            if self._wants and self._steps >= min(self._wants):
-                self._cond.notify_all()
-            return full
+            return self._grew_locked(batch.steps, batch.nbytes)
 
     def put_back(self, batches: list[Batch]) -> bool:
         """Return batches RLlib never got to the front, oldest first; like :meth:`put` otherwise."""
         with self._cond:
             self._batches.extendleft(reversed(batches))
-            self._steps += sum(batch.steps for batch in batches)
-            self._bytes += sum(batch.nbytes for batch in batches)
-            full = self._full_locked()
-            self._was_full = self._was_full or full
-            if self._wants and self._steps >= min(self._wants):
-                self._cond.notify_all()
-            return full
+            return self._grew_locked(sum(batch.steps for batch in batches), sum(batch.nbytes for batch in batches))
+
+    def _grew_locked(self, steps: int, nbytes: int) -> bool:
+        """Count what was just added; wake a take() it satisfies; return whether the inbox is full."""
+        self._steps += steps
+        self._bytes += nbytes
+        full = self._full_locked()
+        self._was_full = self._was_full or full
+        if self._wants and self._steps >= min(self._wants):
+            self._cond.notify_all()
+        return full
 
     def take(self, min_steps: int, timeout: float) -> list[Batch]:
         """Wait until ``min_steps`` are held or ``timeout`` passes; take at least that many.

@@ -124,8 +124,8 @@ def log_episode(metrics: MetricsLogger, length: int, ret: float, duration: float
 
 
 _COUNTERS = ("connections_total", "connections_refused", "frames_in", "frames_out", "bytes_in",
-             "bytes_out", "batches_in", "steps_in", "batches_acked", "steps_acked", "steps_handed_again", "duplicates", "errors_total",
-             "tls_handshakes_failed", "accept_errors", "served_acts", "served_rows", "served_actions",
+             "bytes_out", "batches_in", "steps_in", "batches_acked", "steps_acked", "steps_handed_again",
+             "duplicates", "errors_total", "tls_handshakes_failed", "accept_errors", "served_acts", "served_rows", "served_actions",
              "served_steps", "served_parked", "served_expired_envs", "inference_batches", "inference_rows",
              "inference_requests", "inference_s")
 
