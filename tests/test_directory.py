@@ -74,6 +74,33 @@ def test_a_client_finds_another_runner_when_its_own_goes_away(two_runners_and_a_
         client.close()
 
 
+def test_a_client_tries_the_runner_it_just_lost_last(two_runners_and_a_directory):
+    """A runner cut off from the network is still listed until the learner notices; it must not cost a timeout."""
+    runners, directory = two_runners_and_a_directory
+    lost, other = runners
+    # The directory lists the lost runner first (fewest clients), before and after the loss.
+    directory.update([Endpoint(1, *lost.address, clients=0), Endpoint(2, *other.address, clients=5)])
+    client = RLinkClient(f"127.0.0.1:{directory.address[1]}", timeout=10, reliable=True, retry_attempts=5,
+                         backoff_initial=0.05, backoff_cap=0.2)
+    try:
+        client.connect()
+        assert client.address.port == lost.address[1]
+        lost.stop()
+        # Where the lost runner listened, a host that takes connections and never answers (a cut link
+        # looks like that to a client until its connect or handshake times out).
+        with socket.socket() as black_hole:
+            black_hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            black_hole.bind(lost.address)
+            black_hole.listen(8)
+            black_hole.setblocking(False)
+            assert client.get_state().params
+            assert client.address.port == other.address[1]
+            with pytest.raises(BlockingIOError):
+                black_hole.accept()  # nobody knocked
+    finally:
+        client.close()
+
+
 def test_a_plain_rllib_client_is_told_where_the_runners_are(two_runners_and_a_directory):
     runners, directory = two_runners_and_a_directory
     with socket.create_connection(directory.address, timeout=5) as sock:

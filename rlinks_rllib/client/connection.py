@@ -840,6 +840,8 @@ class RLinkClient:
     def _connect(self, job: Optional[_Job] = None) -> None:
         """Open a connection and handshake, retrying with backoff; then resend pending batches."""
         last: Optional[BaseException] = None
+        # The runner we were sent to and just lost: it may be cut off, so it is tried last.
+        lost = self.address if self._uses_directory and self.address != self.given_address else None
         for attempt in range(self._retry.attempts):
             if attempt:
                 self._sleep(self._retry.delay(attempt - 1))
@@ -849,7 +851,7 @@ class RLinkClient:
             try:
                 done = self._open()
                 if done.peer_is_directory:
-                    done = self._via_directory()
+                    done = self._via_directory(lost)
                 if self._server is not None:
                     self._counters.reconnects += 1
                 self._server = done
@@ -881,17 +883,23 @@ class RLinkClient:
         self._generation += 1
         return self._link.handshake()
 
-    def _via_directory(self) -> HandshakeDone:
+    def _via_directory(self, lost: Optional[Address] = None) -> HandshakeDone:
         """We reached a directory: ask it for the runners and connect to the first that answers.
 
-        Runners come least-loaded first; one that refuses or fails its
-        handshake is skipped, so a client finds a live runner on its own.
+        Runners come least-loaded first, except ``lost``, the runner whose
+        connection just dropped, which comes last: the directory learns
+        that a runner is cut off only after the learner's next iteration,
+        and a connection to it would take its whole ``connect_timeout`` to
+        fail. One that refuses or fails its handshake is skipped, so a
+        client finds a live runner on its own.
 
         Raises:
             ConnectionLost: the directory lists no runner, or none answered.
         """
         self._uses_directory = True
         runners = fetch_endpoints(self._live())
+        if lost is not None:
+            runners.sort(key=lambda entry: (entry["host"], entry["port"]) == (lost.host, lost.port))
         self._discard_connection()
         tried: list[str] = []
         for entry in runners:

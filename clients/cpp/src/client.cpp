@@ -325,13 +325,15 @@ void Client::sleep_backoff(int failures) {
 
 void Client::connect_with_retries() {
   std::string last_error;
+  std::optional<Address> lost;
+  if (uses_directory_ && (address_.host != given_.host || address_.port != given_.port)) lost = address_;
   for (int attempt = 0; attempt < options_.retry_attempts; ++attempt) {
     if (attempt > 0) sleep_backoff(attempt - 1);
     if (uses_directory_) address_ = given_;
     try {
       open();
       handshake();
-      follow_directory();
+      follow_directory(lost);
       if (handshaken_) ++counters_.reconnects;
       handshaken_ = true;
       resend_pending();
@@ -404,14 +406,17 @@ void Client::authenticate(const Bytes& client_nonce, const std::optional<Offer>&
   }
 }
 
-void Client::follow_directory() {
+void Client::follow_directory(const std::optional<Address>& lost) {
   if (!is_directory_) return;
   uses_directory_ = true;
   const Address directory = address_;
   send_message(make_message(MessageType::get_endpoints), "GET_ENDPOINTS");
   const Value reply = await(MessageType::endpoints, "ENDPOINTS (from the directory)");
   discard_connection();
-  std::string tried;
+  // Least-loaded first, as the directory sent them, but the runner we just lost last: the directory
+  // learns that a runner is cut off only after the learner's next iteration, and a connection to it
+  // would take the whole connect timeout to fail.
+  std::vector<Address> runners;
   for (const Value& entry : reply.find("endpoints")->as_array()) {
     const Value* host = entry.find("host");
     const Value* port = entry.find("port");
@@ -419,7 +424,16 @@ void Client::follow_directory() {
     if (host == nullptr || !host->is_str() || port == nullptr || !port->get_uint64(number) || number < 1 || number > 65535) {
       continue;
     }
-    address_ = Address{host->as_str(), uint16_t(number), given_.tls};
+    runners.push_back(Address{host->as_str(), uint16_t(number), given_.tls});
+  }
+  if (lost) {
+    std::stable_partition(runners.begin(), runners.end(), [&](const Address& runner) {
+      return runner.host != lost->host || runner.port != lost->port;
+    });
+  }
+  std::string tried;
+  for (const Address& runner : runners) {
+    address_ = runner;
     try {
       open();
       handshake();

@@ -150,7 +150,8 @@ class Client {
   void open();
   void handshake();
   void authenticate(const Bytes& client_nonce, const std::optional<Offer>& server_offer);
-  void follow_directory();
+  // `lost`: the runner whose connection just dropped; it is tried last (it may be cut off).
+  void follow_directory(const std::optional<Address>& lost);
   void resend_pending();
   void discard_connection();
 
