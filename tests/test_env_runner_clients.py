@@ -152,7 +152,7 @@ def test_appo_trains_off_policy_with_our_clients(ray_local):
     assert "policy_lag_mean" in results[-1]["env_runners"]["rlinks"]
 
 
-def _local_runner(**env_config):
+def _local_runner(sample_timeout_s: float = 4.0, **env_config):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rlinks_rllib import RLinkEnvRunner
@@ -160,7 +160,7 @@ def _local_runner(**env_config):
     config = PPOConfig().environment(
         observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
         env_config={"port": 0, **env_config},
-    ).env_runners(num_env_runners=0, sample_timeout_s=4.0)
+    ).env_runners(num_env_runners=0, sample_timeout_s=sample_timeout_s)
     return RLinkEnvRunner(config=config, worker_index=0)
 
 
@@ -212,12 +212,30 @@ def _catch(fn, *args):
         return exc
 
 
-def test_sample_returns_before_the_timeout_with_what_it_has(ray_local):
+def test_sample_waits_for_connected_clients_and_returns_before_the_timeout(ray_local):
     runner = _local_runner()
+    host, port = runner.address
     try:
-        started = time.monotonic()
-        assert runner.sample() == []
-        assert time.monotonic() - started < 4.0  # 0.75 of sample_timeout_s
+        with RLinkClient(f"{host}:{port}", timeout=30.0):
+            started = time.monotonic()
+            assert runner.sample() == []
+            waited = time.monotonic() - started
+        assert 2.9 <= waited < 4.0, waited  # sample_wait_fraction (0.75) of sample_timeout_s, for a client that may send
+    finally:
+        runner.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_runner_nobody_is_connected_to_answers_at_once(ray_local):
+    """RLlib's round waits for every runner: one restarted on a node its clients left must not hold it up.
+
+    With the whole ``sample_wait_fraction`` of this hour-long timeout the
+    call would outlast the test's time limit (scheduler.IDLE_POLL_S).
+    """
+    runner = _local_runner(sample_timeout_s=3600.0)
+    try:
+        for _ in range(3):
+            assert runner.sample() == []
     finally:
         runner.stop()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlinks_rllib.server.scheduler import GRACE_POLL_S, Release, SamplePacer, SamplePlan, Scheduler, WeightsChange
+from rlinks_rllib.server.scheduler import GRACE_POLL_S, IDLE_POLL_S, Release, SamplePacer, SamplePlan, Scheduler, WeightsChange
 
 
 def scheduler(update_steps: int = 100, clients: str = "abc", *, on_policy: bool = True,
@@ -112,6 +112,16 @@ def test_extension_after_the_grace_period_releases_the_parked_with_shares():
     # New weights start over.
     pacer.new_weights(2)
     assert pacer.plan(now=16.0, wait_s=30.0) == SamplePlan(30.0)
+
+
+def test_a_runner_without_clients_answers_within_the_idle_poll_and_extends_nothing():
+    pacer = SamplePacer(update_steps=100, extend_steps=40, extend_after_s=5.0, on_policy=True)
+    pacer.new_weights(1)
+    assert pacer.plan(now=0.0, wait_s=30.0, clients=0) == SamplePlan(IDLE_POLL_S)
+    assert pacer.plan(now=0.0, wait_s=0.01, clients=0) == SamplePlan(0.01)
+    pacer.sampled(100, now=1.0)
+    assert pacer.plan(now=60.0, wait_s=30.0, clients=0) == SamplePlan(IDLE_POLL_S)  # past the grace period
+    assert pacer.plan(now=60.0, wait_s=30.0, clients=1) == SamplePlan(30.0, extend_steps=40)
 
 
 def test_extend_before_the_update_is_complete_is_a_no_op():

@@ -193,8 +193,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
         # Called again before new weights, after this runner handed over its
         # whole share, the pacer answers quickly for a grace period, then
-        # extends the update (see SamplePacer).
-        plan = self._pacer.plan(time.monotonic(), timeout_s * self.settings.sample_wait_fraction)
+        # extends the update (see SamplePacer); so does a runner nobody is connected to.
+        plan = self._pacer.plan(time.monotonic(), timeout_s * self.settings.sample_wait_fraction,
+                                clients=self.server.stats.clients_connected)
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
         batches = self.server.inbox.take(self._target_steps, plan.wait_s)

@@ -42,10 +42,15 @@ from typing import Generic, Hashable, Optional, TypeVar
 
 from .budget import UpdateBudget
 
-__all__ = ["Scheduler", "Release", "SamplePacer", "SamplePlan", "WeightsChange", "GRACE_POLL_S"]
+__all__ = ["Scheduler", "Release", "SamplePacer", "SamplePlan", "WeightsChange", "GRACE_POLL_S", "IDLE_POLL_S"]
 
 #: How long a repeated ``sample()`` waits during the grace period.
 GRACE_POLL_S = 0.05
+#: How long a ``sample()`` waits while no client is connected: short, because
+#: RLlib's round waits for every runner (a runner restarted on a node its
+#: clients left would otherwise slow every round), but not zero, so that a
+#: learner nobody connects to yet doesn't call ``sample()`` in a busy loop.
+IDLE_POLL_S = 0.2
 
 K = TypeVar("K", bound=Hashable)
 
@@ -262,7 +267,8 @@ class SamplePacer:
     for more at once would leave surplus steps that reach the next update
     with lag 1, so the pacer first gives the others ``extend_after_s``,
     meanwhile answering quickly so that RLlib's round (which waits for every
-    runner) ends as soon as the short runner delivers.
+    runner) ends as soon as the short runner delivers. For the same reason a
+    runner no client is connected to answers within ``idle_poll_s``.
 
     Args:
         update_steps: env steps one update takes from this runner.
@@ -270,15 +276,17 @@ class SamplePacer:
         extend_after_s: the grace period.
         on_policy: off-policy, ``sample()`` is never paced.
         poll_s: the wait of a ``sample()`` during the grace period.
+        idle_poll_s: the wait of a ``sample()`` while no client is connected.
     """
 
     def __init__(self, *, update_steps: int, extend_steps: int, extend_after_s: float, on_policy: bool,
-                 poll_s: float = GRACE_POLL_S) -> None:
+                 poll_s: float = GRACE_POLL_S, idle_poll_s: float = IDLE_POLL_S) -> None:
         self.update_steps = update_steps
         self.extend_steps = extend_steps
         self.extend_after_s = extend_after_s
         self.on_policy = on_policy
         self.poll_s = poll_s
+        self.idle_poll_s = idle_poll_s
         #: The version of the weights served now.
         self.weights_seq_no = 0
         #: Steps ``sample()`` returned since the current version arrived.
@@ -297,8 +305,10 @@ class SamplePacer:
         self.weights_seq_no = seq_no
         self.steps_since_weights = 0
 
-    def plan(self, now: float, wait_s: float) -> SamplePlan:
-        """What a ``sample()`` called at ``now``, allowed to wait ``wait_s``, does."""
+    def plan(self, now: float, wait_s: float, clients: int = 1) -> SamplePlan:
+        """What a ``sample()`` called at ``now``, allowed to wait ``wait_s``, does (``clients``: connected now)."""
+        if clients <= 0:
+            return SamplePlan(min(wait_s, self.idle_poll_s))
         if not self.on_policy or self.steps_since_weights < self.update_steps:
             return SamplePlan(wait_s)
         if now - self.share_done_at < self.extend_after_s:
