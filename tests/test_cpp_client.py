@@ -439,6 +439,60 @@ def test_follows_the_directory_to_a_runner(cpp):
     assert summary_of(result.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
 
 
+def test_tries_the_runner_it_just_lost_last(cpp):
+    """A runner cut off from the network is still listed until the learner notices; it must not cost a timeout.
+
+    Runner ``lost``, listed first, never trains: the client's first batch
+    waits there for its weights. The client is paused while ``lost`` goes
+    away and a black hole (a host that takes connections and never answers)
+    takes its port, so it learns of the loss only then, with the directory
+    still listing ``lost`` first. It must resend the batch to ``other`` and
+    finish there without knocking on the black hole.
+    """
+    lost = FakeLearner()
+    lost.server.start()  # its server only: nobody trains, so no weights ever come back
+    client = None
+    try:
+        with FakeLearner() as other, directory_of(lost) as directory:
+            directory.update([Endpoint(1, "127.0.0.1", lost.port, clients=0),
+                              Endpoint(2, "127.0.0.1", other.port, clients=5)])
+            client = subprocess.Popen(
+                [str(cpp / "cartpole"), "--address", f"127.0.0.1:{directory.address[1]}", "--reliable",
+                 "--timeout", "10", "--max-steps", str(3 * UPDATE_STEPS), "--seed", "4"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            deadline = time.monotonic() + 30
+            while not lost.chunks:
+                assert client.poll() is None, client.communicate()[1]
+                assert time.monotonic() < deadline, "the client's first batch never reached the runner listed first"
+                time.sleep(0.01)
+            client.send_signal(signal.SIGSTOP)
+            lost.server.stop()
+            with socket.socket() as black_hole:
+                black_hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                black_hole.bind(("127.0.0.1", lost.port))
+                black_hole.listen(8)
+                black_hole.setblocking(False)
+                client.send_signal(signal.SIGCONT)
+                out, err = client.communicate(timeout=60)
+                try:
+                    knocked = black_hole.accept()
+                except BlockingIOError:
+                    knocked = None
+        assert knocked is None, f"the client knocked on the runner it just lost:\n{err}"
+        assert client.returncode == 0, err
+        assert f"connected to 127.0.0.1:{lost.port}" in err and f"connection to 127.0.0.1:{lost.port} lost" in err, err
+        summary = summary_of(out)
+        assert summary["steps"] == 3 * UPDATE_STEPS and summary["reconnects"] == 1 and summary["batches_resent"] == 1
+        # The batch ``lost`` never trained on went to ``other``, and all that followed.
+        assert lost.server.stats.steps_in == UPDATE_STEPS and other.server.stats.steps_in == 3 * UPDATE_STEPS
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()  # also ends a stopped process
+            client.communicate(timeout=10)
+        lost.server.stop()
+
+
 @pytest.fixture
 def tls_and_auth(certs, secret_file) -> dict[str, str]:
     """Runner settings with TLS and the shared secret (SECURITY.md)."""
