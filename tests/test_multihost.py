@@ -10,8 +10,11 @@ reliable dummy simulators (two per simulator host) are given only
 The tests run in order against one training run, each fault while it
 trains, and each counts env steps sent, confirmed and trained
 (``multihost.Training.books``): no confirmed step is lost when confirmed ==
-trained at a quiet moment. The numbers and recovery times are printed
-(``pytest -m multihost -s`` shows them as they come).
+trained at a quiet moment. The link cut comes last: it may leave steps
+trained twice (docs/SECURITY.md, Delivery), so from there on the books
+only check that none was lost (confirmed <= trained). The numbers and
+recovery times are printed (``pytest -m multihost -s`` shows them as they
+come).
 """
 
 from __future__ import annotations
@@ -58,8 +61,6 @@ def training(tmp_path_factory):
         finally:
             for job_id, _ in run.jobs:  # the job logs live in the head's temp dir, removed with the cluster
                 (cluster.work / f"{job_id}.log").write_text(cluster.ray.job_logs(job_id))
-            for sim in run.sims:
-                (cluster.work / f"sim-{sim.name}.tail").write_text("\n".join(sim.tail))
 
 
 def _submit_on_both_workers(run: Training, resume: str | None = None) -> None:
@@ -146,7 +147,8 @@ def test_the_learner_job_stopped_and_resubmitted_from_its_checkpoint(training):
     assert "terminated (SIGTERM)" in logs, logs[-3000:]
     at_stop = run.books(timeout=60)  # every confirmed step was trained before the job ended
     acked = {s.name: s.count("steps_acked") for s in run.sims}
-    run.submit(stop_reward=1e9, stop_iters=STOP_ITERS, resume=str(output / "checkpoint"))
+    # Placed on both workers again (Ray put both runners on worker1 when worker2 was killed): the link cut needs it.
+    _submit_on_both_workers(run, resume=str(output / "checkpoint"))
     recovery = wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in run.sims), 240,
                         f"every simulator confirmed by the resubmitted learner ({_sim_state(run)})")
     resumed_weights = min(int(s.progress.get("weights", 0)) for s in run.sims)
@@ -187,27 +189,9 @@ def test_reaches_the_stop_reward(training):
         f"{len(run.jobs)} jobs (waited {took:.0f}s more after the faults above); books {run.books(timeout=120)}")
 
 
-def test_the_learner_stops_with_nothing_confirmed_lost(training):
-    run = training
-    job_id, _ = run.job
-    run.cluster.ray.stop_job(job_id)
-    assert run.cluster.ray.wait_job(job_id, 180) == "STOPPED"
-    final = run.books(timeout=60)
-    say(f"final, after the job stopped: sent/confirmed/trained {final} over {run.iterations()} iterations")
-
-
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue #13 note): the simulators cut off with a worker do not reliably get confirmed by the other "
-    "runner within the test's 140 s; they reconnect through the directory, which can send them back to the cut-off "
-    "runner. No confirmed step is lost (the runner hands RLlib again what it dropped; tests/test_receipts.py)"))
 def test_a_worker_link_cut_for_20s(training):
     run = training
     hosts = _addresses(run)
-    # The learner was stopped by the test before: a fresh job (resumed) for this last fault.
-    _submit_on_both_workers(run, resume=str(run.job[1] / "checkpoint"))
-    acked = {s.name: s.count("steps_acked") for s in run.sims}
-    wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in run.sims), 240,
-             f"every simulator confirmed by the resubmitted learner ({_sim_state(run)})")
     runners = _runners(run.job[1])
     # Cut the worker whose runner serves the most simulators; the other worker's runner takes them.
     cut = max(nc.WORKERS, key=lambda w: len(run.on(hosts[w])))
@@ -253,6 +237,19 @@ def test_a_worker_link_cut_for_20s(training):
     # A dropped sample() result is handed over again by its runner; a batch whose ACK the cut kept from its
     # client is sent again by the client too: trained twice, never lost (docs/SECURITY.md, Delivery).
     assert after["confirmed"] <= after["trained"], f"confirmed steps lost: {after}"
+
+
+def test_the_learner_stops_with_nothing_confirmed_lost(training):
+    run = training
+    job_id, _ = run.job
+    run.cluster.ray.stop_job(job_id)
+    assert run.cluster.ray.wait_job(job_id, 180) == "STOPPED"
+    # After the link cut some steps may have been trained twice (a result RLlib dropped, handed over again by
+    # its runner, and sent again by clients the ACK never reached): never fewer trained than confirmed.
+    final = run.books(timeout=60, check=False)
+    assert final["confirmed"] <= final["trained"], f"confirmed steps lost: {final}"
+    say(f"final, after the job stopped: sent/confirmed/trained {final} over {run.iterations()} iterations "
+        f"({final['trained'] - final['confirmed']} trained twice)")
 
 
 def test_print_the_numbers():

@@ -499,19 +499,27 @@ class Simulator:
     tail: list = field(default_factory=list)
     #: runner -> the highest ``steps_acked`` seen while connected to it (the line says where it is now).
     acked_on: dict = field(default_factory=dict)
+    #: Where every line goes as well, with the time it was read.
+    log: Optional[Path] = None
 
     def read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            line = line.rstrip()
-            if line.startswith("progress: "):
-                self.progress = dict(item.split("=", 1) for item in line[len("progress: "):].split())
-                runner = self.progress.get("runner", "?")
-                self.acked_on[runner] = max(self.acked_on.get(runner, 0), self.count("steps_acked"))
-            elif line.startswith("summary: "):
-                self.summary = line
-            self.tail.append(line)
-            del self.tail[:-30]
+        with open(self.log, "w", buffering=1) if self.log is not None else contextlib.nullcontext() as log:
+            for line in self.proc.stdout:
+                line = line.rstrip()
+                if log is not None:
+                    log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+                self._take(line)
+
+    def _take(self, line: str) -> None:
+        if line.startswith("progress: "):
+            self.progress = dict(item.split("=", 1) for item in line[len("progress: "):].split())
+            runner = self.progress.get("runner", "?")
+            self.acked_on[runner] = max(self.acked_on.get(runner, 0), self.count("steps_acked"))
+        elif line.startswith("summary: "):
+            self.summary = line
+        self.tail.append(line)
+        del self.tail[:-30]
 
     def count(self, key: str) -> int:
         return int(self.progress.get(key, 0))
@@ -530,7 +538,8 @@ def start_simulators(net: Network, procs: Processes, credentials: dict[str, str]
                             "--ca-file", credentials["ca"], "--secret-file", credentials["secret"], "--reliable",
                             "--timeout", str(timeout_s), "--retry-attempts", "60", "--max-steps", "100000000",
                             "--report-every", "0.5")
-            sim = Simulator(name, host, procs.start(f"sim-{name}", argv, env, pipe=True))
+            sim = Simulator(name, host, procs.start(f"sim-{name}", argv, env, pipe=True),
+                            log=procs.log_dir / f"sim-{name}.log")
             threading.Thread(target=sim.read, name=f"read-{name}", daemon=True).start()
             sims.append(sim)
     return sims
