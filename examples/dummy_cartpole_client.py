@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from rlinks_rllib.client import NotAgreed, PickledConfigRefused, RLinkClient, ServerError
+from rlinks_rllib.client import ClientClosed, ConnectionLost, NotAgreed, PickledConfigRefused, RLinkClient, ServerError
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.client.policy import DiscreteSpace, NumpyPolicy, as_action_space
 from rlinks_rllib.protocol.errors import ErrorCode
@@ -132,18 +132,36 @@ def make_env(name: str, seed: int | None):
     return gym.make(name)
 
 
+def stop_on_sigterm(client: RLinkClient) -> list[bool]:
+    """SIGTERM ends the loop (the list it returns is no longer empty), even while a call waits.
+
+    A call may wait long: for the next weights, or (reliable) reconnecting
+    to a learner that is gone. SIGTERM closes the client, which ends that
+    call with ``ClientClosed`` or ``ConnectionLost``; from a thread, as
+    ``close()`` is the client's one call for another thread, and the
+    handler itself interrupts the client's own code.
+    """
+    stopping: list[bool] = []
+
+    def on_sigterm(*_) -> None:
+        stopping.append(True)
+        threading.Thread(target=client.close, name="close-on-sigterm", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return stopping
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the simulator loop until ``--max-steps``, SIGTERM or the learner's end; return a summary."""
     env = make_env(args.env, args.seed)
     rng = np.random.default_rng(args.seed)
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     steps, episodes = 0, 0
     returns: collections.deque[float] = collections.deque(maxlen=20)
 
     client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
                          reliable=args.reliable, secret_file=args.secret_file, ca_file=args.ca_file,
                          cert_file=args.cert_file, key_file=args.key_file)
+    stopping = stop_on_sigterm(client)
     progress: Progress | None = None
     try:
         client.connect()
@@ -210,6 +228,10 @@ def run(args: argparse.Namespace) -> dict:
         if exc.code != ErrorCode.SHUTTING_DOWN:
             raise
         log.info("the learner stopped; done")  # the normal end of a training run
+    except (ClientClosed, ConnectionLost):
+        if not stopping:
+            raise
+        log.info("stopped by SIGTERM while waiting for the learner")
     finally:
         stats = client.stats
         if progress is not None:
@@ -317,8 +339,6 @@ def run_served(args: argparse.Namespace) -> dict:
         ServerError: the learner refused us (but ``shutting_down``: the end of training).
     """
     envs = [make_env(args.env, None if args.seed is None else args.seed + i) for i in range(args.envs)]
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     steps, episodes = 0, 0
     returns: collections.deque[float] = collections.deque(maxlen=20)
     episode_return = [0.0] * len(envs)
@@ -327,6 +347,7 @@ def run_served(args: argparse.Namespace) -> dict:
     client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
                          reliable=args.reliable, secret_file=args.secret_file, ca_file=args.ca_file,
                          cert_file=args.cert_file, key_file=args.key_file)
+    stopping = stop_on_sigterm(client)
     rows = ActRows()
     try:
         client.connect()
@@ -359,6 +380,10 @@ def run_served(args: argparse.Namespace) -> dict:
         if exc.code != ErrorCode.SHUTTING_DOWN:
             raise
         log.info("the learner stopped; done")  # the normal end of a training run
+    except (ClientClosed, ConnectionLost):
+        if not stopping:
+            raise
+        log.info("stopped by SIGTERM while waiting for the learner")
     finally:
         stats = client.stats
         client.close()

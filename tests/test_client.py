@@ -7,6 +7,7 @@ import os
 import pickle
 import random
 import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -515,6 +516,58 @@ def test_connect_waits_for_a_learner_that_starts_late():
         timer.join(5)
         for server in started:
             server.stop()
+
+
+class _LongestJitter(random.Random):
+    """The jitter's source, drawing the longest wait every time."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_close_from_another_thread_ends_the_wait_between_attempts():
+    # Waits of up to a minute between attempts to a port nobody listens on: close() must not wait them out.
+    client = RLinkClient(f"127.0.0.1:{free_port()}", retry_attempts=100, backoff_initial=60.0, backoff_cap=60.0,
+                         connect_timeout=2.0)
+    client._retry.rng = _LongestJitter()
+    outcome: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            client.connect()
+        except ClientError as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=connect)
+    waiting.start()
+    time.sleep(0.5)  # the first attempt was refused; it waits now
+    client.close()
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosed), outcome
+
+
+def test_sigterm_stops_a_reliable_dummy_client_that_is_reconnecting():
+    """A simulator told to stop while its learner is gone stops, and still says what it did."""
+    from harness import DUMMY_CLIENT
+
+    client = subprocess.Popen(
+        [sys.executable, str(DUMMY_CLIENT), "--address", f"127.0.0.1:{free_port()}", "--reliable",
+         "--retry-attempts", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        time.sleep(2.0)  # started, refused, waiting to try again (60 attempts would take minutes)
+        assert client.poll() is None
+        client.send_signal(signal.SIGTERM)
+        out, _ = client.communicate(timeout=20)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+    assert client.returncode == 0, out
+    assert "stopped by SIGTERM" in out and "summary: steps=0" in out, out
 
 
 def test_backoff_is_exponential_with_full_jitter():

@@ -63,7 +63,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-import time
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -343,7 +343,9 @@ class RLinkClient:
 
         self._client_id = uuid.uuid4().hex
         self._retry = RetryPolicy(self.retry_attempts, self.backoff_initial, self.backoff_cap)
-        self._sleep: Callable[[float], None] = time.sleep
+        #: Set by close(): ends a wait between reconnection attempts at once.
+        self._closing = threading.Event()
+        self._sleep: Callable[[float], None] = self._closing.wait
         #: The batches awaiting an ACK, across connections.
         self._window = AckWindow(self.max_unacked)
         self._counters = _Counters()
@@ -482,6 +484,7 @@ class RLinkClient:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self._window.pending:
             self._log.warning(
                 "closing the connection to %s with %d batch(es) not acknowledged (seq %s); "
