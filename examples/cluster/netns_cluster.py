@@ -273,6 +273,10 @@ class Processes:
         for name in names:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.procs[name].wait(max(0.0, deadline - time.monotonic()))
+        late = [name for name in names if self.procs[name].poll() is None]
+        if late:
+            print(f"netns_cluster: still running {grace_s:g} s after SIGTERM, killed: {', '.join(late)}",
+                  file=sys.stderr, flush=True)
         for name in names:
             self.stop(name, grace_s=2)
 
