@@ -65,7 +65,8 @@ class RLinkSettings:
             reading from clients (TCP then pushes back on them).
         inbox_max_bytes: the same bound in bytes of frames.
         sample_wait_fraction: share of RLlib's ``sample_timeout_s`` that
-            ``sample()`` may wait for steps before returning what it has.
+            ``sample()`` may wait for steps before returning what it has
+            (while no client is connected: ``scheduler.IDLE_POLL_S``).
         extend_after_s: when RLlib samples again before sending new weights
             (another runner is still short), wait this long before asking this
             runner's on-policy clients for more steps with the same weights.
