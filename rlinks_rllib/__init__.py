@@ -7,7 +7,7 @@ reached as ``from rlinks_rllib import RLinkEnvRunner``, imported on first use.
 
 from ._version import __version__
 
-__all__ = ["RLinkEnvRunner", "RLinkReceipts", "rlinks_env_config", "__version__"]
+__all__ = ["RLinkEnvRunner", "RLinkReceipts", "RLinkShares", "rlinks_env_config", "__version__"]
 
 
 def __getattr__(name: str):
@@ -19,6 +19,10 @@ def __getattr__(name: str):
         from .server.receipts import RLinkReceipts
 
         return RLinkReceipts
+    if name == "RLinkShares":
+        from .server.shares import RLinkShares
+
+        return RLinkShares
     if name == "rlinks_env_config":
         from .server.settings import rlinks_env_config
 

@@ -39,6 +39,7 @@ class _LightClient(threading.Thread):
         self.rng = np.random.default_rng(seed)
         self.steps_sent = 0
         self.weights_seen: set[int] = set()
+        self.wants: list[int] = []
         self.error: BaseException | None = None
         # Held from the check of stop to the count of a batch: once halt() returns,
         # steps_sent is final (the batch it counted last may still be on its way).
@@ -62,9 +63,19 @@ class _LightClient(threading.Thread):
                         self.steps_sent += sum(c["t"] - c["t_started"] for c in chunks)
                     update = client.send_episodes_and_get_state(chunks)
                     self.weights_seen.add(update.seq_no)
+                    self.wants.append(update.want_steps)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             if not self.stop_event.is_set():
                 self.error = exc
+
+
+def _light_clients(host: str, port: int, count: int) -> list[_LightClient]:
+    """``count`` started light clients of the runner at ``host:port``, sharing one stop event."""
+    stop = threading.Event()
+    clients = [_LightClient(f"{host}:{port}", stop, seed) for seed in range(count)]
+    for client in clients:
+        client.start()
+    return clients
 
 
 def _transport_stats(algo) -> dict:
@@ -74,10 +85,7 @@ def _transport_stats(algo) -> dict:
 def test_sixty_four_clients_on_one_runner_all_send_and_all_get_weights(ray_local):
     with running(ppo_config(num_env_runners=1, train_batch=2048, num_epochs=1, minibatch_size=512).build_algo()) as algo:
         (_, host, port), = runner_addresses(algo)
-        stop = threading.Event()
-        clients = [_LightClient(f"{host}:{port}", stop, seed) for seed in range(64)]
-        for client in clients:
-            client.start()
+        clients = _light_clients(host, port, 64)
         results = train(algo, 4)
         # Stop sending; every client's last batch reaches the runner (and it is
         # parked there until the algorithm stops, which answers it with ERROR).
@@ -98,6 +106,31 @@ def test_sixty_four_clients_on_one_runner_all_send_and_all_get_weights(ray_local
     sampled = results[-1]["env_runners"]["num_env_steps_sampled_lifetime"]
     assert stats["steps_in"] == sum(c.steps_sent for c in clients)
     assert sampled + stats["inbox_steps"] == stats["steps_in"]
+
+
+def test_a_runner_with_every_client_is_asked_for_the_whole_update(ray_local):
+    """Shares follow the clients (server/shares.py): two runners, both clients on the first.
+
+    With equal shares the first runner's clients would be asked for 100
+    steps each (half of the update, split in two) and it would wait out
+    ``extend_after_s`` every iteration before asking for more.
+    """
+    from rlinks_rllib import RLinkShares
+
+    config = ppo_config(num_env_runners=2, train_batch=400, num_epochs=1, minibatch_size=200,
+                        env_config={"extend_after_s": 1.0}).callbacks(RLinkShares)
+    with running(config.build_algo()) as algo:
+        (_, host, port), _ = runner_addresses(algo)
+        clients = _light_clients(host, port, 2)
+        results = train(algo, 5)
+        for client in clients:
+            client.halt()
+    for client in clients:
+        client.join(timeout=30)
+    assert not [c.error for c in clients if c.error is not None]
+    assert [c.wants[-1] for c in clients] == [200, 200], [c.wants for c in clients]
+    assert results[-1]["env_runners"]["rlinks"]["clients_by_runner"] == {"w1": 2, "w2": 0}
+    assert results[-1]["env_runners"]["rlinks"]["policy_lag_max"] == 0
 
 
 def test_clients_killed_mid_frame_and_mid_episode_do_not_break_training(ray_local):

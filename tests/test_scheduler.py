@@ -124,6 +124,29 @@ def test_a_runner_without_clients_answers_within_the_idle_poll_and_extends_nothi
     assert pacer.plan(now=60.0, wait_s=30.0, clients=1) == SamplePlan(30.0, extend_steps=40)
 
 
+def test_new_weights_with_a_new_share_split_it_among_the_parked():
+    s = scheduler(100, "ab")
+    s.new_weights(1)
+    deliver_all(s, {c: s.state_requested(c) for c in "ab"})
+    assert s.parked == ("a", "b")
+    assert s.new_weights(2, update_steps=300) == [Release("a", 150), Release("b", 150)]
+    assert s.update_steps == 300 and s.budget.target == 300
+    deliver_all(s, {"a": 150, "b": 150})
+    assert s.new_weights(3) == [Release("a", 150), Release("b", 150)]  # and it stays
+
+
+def test_sample_waits_for_the_rest_of_the_share_and_at_least_a_fragment():
+    pacer = SamplePacer(update_steps=100, extend_steps=40, extend_after_s=5.0, on_policy=True)
+    pacer.new_weights(1)
+    assert pacer.steps_to_take() == 100
+    pacer.sampled(70, now=1.0)
+    assert pacer.steps_to_take() == 40  # 30 left: still a whole fragment
+    pacer.new_weights(2, update_steps=300)  # a bigger share from now on (shares.py)
+    assert pacer.steps_to_take() == 300
+    off = SamplePacer(update_steps=100, extend_steps=40, extend_after_s=5.0, on_policy=False)
+    assert off.steps_to_take() == 40
+
+
 def test_extend_before_the_update_is_complete_is_a_no_op():
     s = scheduler(100, "a")
     s.state_requested("a")

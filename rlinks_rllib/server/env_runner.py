@@ -50,6 +50,7 @@ from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted, runner_key
 from .scheduler import SamplePacer, WeightsChange
+from .shares import CLIENTS_KEY, update_share
 from .served import ObservationCheck
 from .settings import RLinkSettings
 
@@ -109,6 +110,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         #: The weights version, and when a repeated sample() asks the clients for more.
         self._pacer = SamplePacer(update_steps=self._update_steps, extend_steps=self._target_steps,
                                   extend_after_s=self.settings.extend_after_s, on_policy=self.on_policy)
+        #: The share the driver's client counts call for, taken with the next new weights (see shares.py).
+        self._next_update_steps: Optional[int] = None
 
         self.server: Optional[RLinkServer] = None
         #: What a remote runner returned and the driver has not yet said it got (see receipts.py);
@@ -198,8 +201,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                 clients=self.server.stats.clients_connected)
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
-        batches = self.server.inbox.take(self._target_steps, plan.wait_s)
-        short = self._target_steps - sum(batch.steps for batch in batches)
+        wanted = self._pacer.steps_to_take()
+        batches = self.server.inbox.take(wanted, plan.wait_s)
+        short = wanted - sum(batch.steps for batch in batches)
         if short > 0 and self.server.serves_actions:
             # Steps of served clients wait in the runner until an update has
             # them all; a sample() that came up short takes them now.
@@ -268,8 +272,27 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                            self.worker_index, sum(batch.steps for batch in dropped))
             self.server.hand_over_again(dropped)
 
+    def take_shares(self, clients: dict) -> None:
+        """(Called by the driver's :class:`~.shares.RLinkShares`) how many clients each runner has.
+
+        From the next new weights on, this runner's clients are asked for
+        the part of an update their number is of all clients.
+
+        Args:
+            clients: ``runner_key(worker_index)`` -> clients connected to that runner.
+        """
+        if self.server is None or not self.on_policy:
+            return
+        share = update_share(int(self.config.total_train_batch_size), self._target_steps, clients,
+                             runner_key(self.worker_index))
+        if share is not None and share != self._pacer.update_steps:
+            self._next_update_steps = share
+
     def get_metrics(self) -> dict:
         if self.server is not None:
+            if self.worker_index > 0:
+                self.metrics.log_value((*CLIENTS_KEY, runner_key(self.worker_index)),
+                                       self.server.stats.clients_connected, reduce="max", window=1)
             self._transport_metrics.log(
                 self.metrics,
                 self.server.stats.snapshot(),
@@ -347,9 +370,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         # What the learner sent is what clients get: no second trip through torch.
         params = convert_to_numpy(module_state)
         if change is WeightsChange.NEW:
-            self._pacer.new_weights(seq_no)
+            share, self._next_update_steps = self._next_update_steps, None
+            if share is not None:
+                logger.info("RLinkEnvRunner %d: %d env steps of each update from now on (was %d), by its share of "
+                            "the clients", self.worker_index, share, self._pacer.update_steps)
+            self._pacer.new_weights(seq_no, update_steps=share)
             if self.server is not None:
-                self.server.publish_weights(params, seq_no)
+                self.server.publish_weights(params, seq_no, update_steps=share)
         elif self.server is not None:
             self.server.replace_weights(params, self._weights_seq_no)
 

@@ -189,7 +189,6 @@ class RLinkServer:
         self.stats = ServerStats()
         self.inbox = Inbox(settings.inbox_max_steps, settings.inbox_max_bytes, on_drained=self._drained_from_thread)
         self.on_policy = on_policy
-        self.update_steps = update_steps
         self._ingest = ingest
         self._config_message = config_message
         #: SET_CONFIG frames by whether they carry the policy graph, each encoded once.
@@ -579,11 +578,11 @@ class RLinkServer:
             else:
                 self._send_weights(release.client, release.want_steps)
 
-    def _on_new_weights(self, state_body: bytes, seq_no: int) -> None:
+    def _on_new_weights(self, state_body: bytes, seq_no: int, update_steps: Optional[int]) -> None:
         self._state_body = state_body
         # Steps of the old weights are cut off before the new update counts any.
         self._cut_served()
-        self._release(self.scheduler.new_weights(seq_no))
+        self._release(self.scheduler.new_weights(seq_no, update_steps))
 
     # -- loop thread: served actions ---------------------------------------------
 
@@ -662,10 +661,13 @@ class RLinkServer:
 
     # -- from RLlib's thread -----------------------------------------------------
 
-    def publish_weights(self, params: Any, seq_no: int) -> None:
-        """New weights from the learner: pack them once, send them to whoever waits."""
+    def publish_weights(self, params: Any, seq_no: int, update_steps: Optional[int] = None) -> None:
+        """New weights from the learner: pack them once, send them to whoever waits.
+
+        ``update_steps``: what the update they start (and the next) takes from this runner, if no longer the same.
+        """
         state_body = encode_body_once({"rl_module": params, "weights_seq_no": seq_no})
-        self._loop.call_soon_threadsafe(self._on_new_weights, state_body, seq_no)
+        self._loop.call_soon_threadsafe(self._on_new_weights, state_body, seq_no, update_steps)
 
     def confirm(self, batches: list[Batch]) -> None:
         """RLlib has these batches now (``sample()`` returns them): confirm them to their clients.

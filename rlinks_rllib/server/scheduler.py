@@ -188,8 +188,13 @@ class Scheduler(Generic[K]):
 
     # -- the learner ---------------------------------------------------------
 
-    def new_weights(self, seq_no: int) -> list[Release[K]]:
-        """A new version of the weights: a new update starts, every parked client is released."""
+    def new_weights(self, seq_no: int, update_steps: Optional[int] = None) -> list[Release[K]]:
+        """A new version of the weights: a new update starts, every parked client is released.
+
+        ``update_steps``: what this update and the next take from this runner, if no longer the same.
+        """
+        if update_steps is not None:
+            self.update_steps = update_steps
         self.weights_seq_no = seq_no
         self.budget.next_update(self.update_steps)
         return self._release_parked(self.update_steps)
@@ -300,10 +305,15 @@ class SamplePacer:
             return WeightsChange.FORCED
         return WeightsChange.NEW if seq_no > self.weights_seq_no else WeightsChange.STALE
 
-    def new_weights(self, seq_no: int) -> None:
-        """Weights ``seq_no`` (a :attr:`WeightsChange.NEW` version) are served from now on."""
+    def new_weights(self, seq_no: int, update_steps: Optional[int] = None) -> None:
+        """Weights ``seq_no`` (a :attr:`WeightsChange.NEW` version) are served from now on.
+
+        ``update_steps``: what this update and the next take from this runner, if no longer the same.
+        """
         self.weights_seq_no = seq_no
         self.steps_since_weights = 0
+        if update_steps is not None:
+            self.update_steps = update_steps
 
     def plan(self, now: float, wait_s: float, clients: int = 1) -> SamplePlan:
         """What a ``sample()`` called at ``now``, allowed to wait ``wait_s``, does (``clients``: connected now)."""
@@ -314,6 +324,18 @@ class SamplePacer:
         if now - self.share_done_at < self.extend_after_s:
             return SamplePlan(min(wait_s, self.poll_s))
         return SamplePlan(wait_s, self.extend_steps)
+
+    def steps_to_take(self) -> int:
+        """The steps a ``sample()`` waits for: one fragment, or (on-policy) the rest of this runner's share if more.
+
+        The share is more than a fragment when this runner has more of the
+        clients (see shares.py): RLlib stops sampling once the whole update
+        is in, and a part of the share left behind would reach the next
+        update with lag 1.
+        """
+        if not self.on_policy:
+            return self.extend_steps
+        return max(self.extend_steps, self.update_steps - self.steps_since_weights)
 
     def sampled(self, steps: int, now: float) -> None:
         """``sample()`` returned ``steps`` at ``now``."""

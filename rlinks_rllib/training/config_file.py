@@ -238,6 +238,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     from ..server.env_runner import RLinkEnvRunner
     from ..server.receipts import RLinkReceipts
     from ..server.settings import rlinks_env_config
+    from ..server.shares import RLinkShares
 
     overrides = overrides or {}
     try:
@@ -252,8 +253,9 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         raise ConfigFileError(f"{spec.where('rlinks')}: {exc}") from exc
     config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
     config.env_runners(env_runner_cls=RLinkEnvRunner)
-    # A remote runner hands RLlib again what it dropped (a sample() result that came too late).
-    config.callbacks(RLinkReceipts)
+    # A remote runner hands RLlib again what it dropped (a sample() result that came too late),
+    # and asks its clients for the part of each update they are of all clients.
+    config.callbacks([RLinkReceipts, RLinkShares])
     if spec.multi_agent:
         _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
