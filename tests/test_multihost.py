@@ -151,12 +151,15 @@ def test_the_learner_job_stopped_and_resubmitted_from_its_checkpoint(training):
     _submit_on_both_workers(run, resume=str(output / "checkpoint"))
     recovery = wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in run.sims), 240,
                         f"every simulator confirmed by the resubmitted learner ({_sim_state(run)})")
+    # RLlib's first sync of a restored learner is its setup's forced one, which carries no version (0);
+    # the next update carries on from the checkpoint's.
+    carried_on = wait_for(lambda: all(int(s.progress.get("weights", 0)) > weights for s in run.sims), 120,
+                          f"every simulator on weights newer than v{weights} ({_sim_state(run)})")
     resumed_weights = min(int(s.progress.get("weights", 0)) for s in run.sims)
     after = run.books(timeout=120)
     assert all(s.proc.poll() is None for s in run.sims), _sim_state(run)
-    assert resumed_weights >= weights, (weights, resumed_weights)
     say(f"(c) job stopped and resubmitted with --resume: simulators waited and carried on after {recovery:.1f}s "
-        f"(from the stop); weights v{weights} before, v{resumed_weights}+ after; "
+        f"(from the stop); weights v{weights} before, v{resumed_weights}+ {carried_on:.1f}s later; "
         f"before {before}, at the stop {at_stop}, after {after}; stop->resume took {time.monotonic() - stopped_at:.1f}s")
 
 

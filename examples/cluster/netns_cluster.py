@@ -174,7 +174,9 @@ class Network:
         _ip("link", "set", inside, "netns", host.ns)
         _ip("link", "set", host.link, "master", self.bridge, "up")
         _ip("-n", host.ns, "addr", "add", f"{host.address}/24", "dev", inside)
-        _ip("-n", host.ns, "link", "set", inside, "up")
+        # No segmentation offload: every frame a host sends is at most an MTU, as on a real wire,
+        # so that SlowLink's forwarder (which can only pass whole frames) gets nothing larger.
+        _ip("-n", host.ns, "link", "set", inside, "gso_max_size", "1500", "up")
         _ip("-n", host.ns, "link", "set", "lo", "up")
 
     def argv(self, host: str, *command: str) -> list[str]:
@@ -559,8 +561,10 @@ class SlowLink:
     bridge instead; a thread per direction reads whole Ethernet frames from
     one root-side end (``AF_PACKET``) and writes them to the other once
     ``delay_s`` has passed. Both directions are delayed, so a round trip
-    takes ``2 * delay_s`` more. Segmentation offloads are switched off on
-    the four ends, so no frame is larger than the MTU.
+    takes ``2 * delay_s`` more. A frame larger than the MTU could not be
+    written to the other end, so every host's own end sends none
+    (``Network`` limits its ``gso_max_size``), and offloads are switched
+    off on the forwarder's ends too.
     """
 
     def __init__(self, net: Network, host: str, delay_s: float) -> None:
