@@ -135,12 +135,14 @@ def test_new_weights_with_a_new_share_split_it_among_the_parked():
     assert s.new_weights(3) == [Release("a", 150), Release("b", 150)]  # and it stays
 
 
-def test_sample_waits_for_the_rest_of_the_share_and_at_least_a_fragment():
+def test_sample_waits_for_the_rest_of_the_share_then_a_fragment():
     pacer = SamplePacer(update_steps=100, extend_steps=40, extend_after_s=5.0, on_policy=True)
     pacer.new_weights(1)
     assert pacer.steps_to_take() == 100
-    pacer.sampled(70, now=1.0)
-    assert pacer.steps_to_take() == 40  # 30 left: still a whole fragment
+    pacer.sampled(70, now=1.0)  # a sample() that came up short
+    assert pacer.steps_to_take() == 30  # the clients were asked for the rest only
+    pacer.sampled(30, now=2.0)
+    assert pacer.steps_to_take() == 40  # the share is in: a fragment of an extension
     pacer.new_weights(2, update_steps=300)  # a bigger share from now on (shares.py)
     assert pacer.steps_to_take() == 300
     off = SamplePacer(update_steps=100, extend_steps=40, extend_after_s=5.0, on_policy=False)

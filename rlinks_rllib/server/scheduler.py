@@ -326,16 +326,21 @@ class SamplePacer:
         return SamplePlan(wait_s, self.extend_steps)
 
     def steps_to_take(self) -> int:
-        """The steps a ``sample()`` waits for: one fragment, or (on-policy) the rest of this runner's share if more.
+        """The steps a ``sample()`` waits for: on-policy, the rest of this runner's share; else one fragment.
 
-        The share is more than a fragment when this runner has more of the
-        clients (see shares.py): RLlib stops sampling once the whole update
-        is in, and a part of the share left behind would reach the next
-        update with lag 1.
+        The rest, not a fragment: a share is more than a fragment when this
+        runner has more of the clients (see shares.py), and RLlib stops
+        sampling once the whole update is in, so a part left behind would
+        reach the next update with lag 1; it is less than a fragment after
+        a ``sample()`` that came up short (one called before the clients
+        were all there), and waiting for more than the clients were asked
+        for would wait out the whole timeout. Once the share is in, one
+        fragment (of an extension).
         """
-        if not self.on_policy:
+        left = self.update_steps - self.steps_since_weights
+        if not self.on_policy or left <= 0:
             return self.extend_steps
-        return max(self.extend_steps, self.update_steps - self.steps_since_weights)
+        return left
 
     def sampled(self, steps: int, now: float) -> None:
         """``sample()`` returned ``steps`` at ``now``."""
