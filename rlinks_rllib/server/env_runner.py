@@ -285,8 +285,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             return
         share = update_share(int(self.config.total_train_batch_size), self._target_steps, clients,
                              runner_key(self.worker_index))
-        if share is not None and share != self._pacer.update_steps:
-            self._next_update_steps = share
+        # The latest counts decide, also against a change not yet taken.
+        self._next_update_steps = None if share == self._pacer.update_steps else share
 
     def get_metrics(self) -> dict:
         if self.server is not None:
