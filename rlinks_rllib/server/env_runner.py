@@ -46,9 +46,9 @@ from .forward import ModuleForward, served_actions_unsupported
 from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .listener import RLinkServer
-from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled
+from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled, runner_key
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
-from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted, runner_key
+from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .scheduler import SamplePacer, WeightsChange
 from .shares import CLIENTS_KEY, update_share
 from .served import ObservationCheck

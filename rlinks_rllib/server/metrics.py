@@ -10,7 +10,9 @@ actions the rows, actions, forward passes, their mean size and time).
 from __future__ import annotations
 
 import collections
-from typing import Any
+import math
+import numbers
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -40,6 +42,33 @@ __all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampl
 
 #: Results key under which the transport metrics appear.
 RUNNER_METRICS_KEY = "rlinks"
+
+
+def runner_key(worker_index: int) -> str:
+    """The key of one runner's entry in a per-runner metric (``receipts``, ``clients_by_runner``)."""
+    return f"w{worker_index}"
+
+
+def per_runner(result: Mapping[str, Any], name: str, *, take: bool = False) -> dict[str, list[int]]:
+    """What each runner logged under ``env_runners/rlinks/<name>/<runner_key>`` in an iteration's result.
+
+    Values as integers, a stats object peeked, and NaN (nothing from that
+    runner this iteration) and anything not a number left out. ``take``:
+    remove the entry from the result (bookkeeping, not a metric).
+    """
+    rlinks = result.get("env_runners", {}).get(RUNNER_METRICS_KEY)
+    if not isinstance(rlinks, dict):
+        return {}
+    found = rlinks.pop(name, None) if take else rlinks.get(name)
+    if not isinstance(found, dict):
+        return {}
+    values = {}
+    for key, value in found.items():
+        if hasattr(value, "peek"):
+            value = value.peek()
+        series = value if isinstance(value, (list, tuple)) else [value]
+        values[key] = [int(v) for v in series if isinstance(v, numbers.Real) and math.isfinite(v)]
+    return values
 
 #: Chunks of unfinished episodes remembered at most (oldest forgotten first).
 _MAX_OPEN_EPISODES = 100_000

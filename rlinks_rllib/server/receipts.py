@@ -30,26 +30,20 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.utils.metrics import metrics_logger
 
-from .metrics import RUNNER_METRICS_KEY
+from .metrics import RUNNER_METRICS_KEY, per_runner
 
-__all__ = ["RECEIPTS_KEY", "ReturnedBatches", "RLinkReceipts", "receipts_wanted", "runner_key"]
+__all__ = ["RECEIPTS_KEY", "ReturnedBatches", "RLinkReceipts", "receipts_in", "receipts_wanted"]
 
 logger = logging.getLogger(__name__)
 
 #: Where a runner logs its receipt tokens, under ``env_runners``: ``rlinks/receipts/w<worker_index>``.
 RECEIPTS_KEY = (RUNNER_METRICS_KEY, "receipts")
-
-
-def runner_key(worker_index: int) -> str:
-    """The metrics key of one runner's tokens under :data:`RECEIPTS_KEY`."""
-    return f"w{worker_index}"
 
 
 class ReturnedBatches:
@@ -132,24 +126,7 @@ def receipts_wanted(config: Any) -> bool:
 
 def receipts_in(result: Mapping[str, Any]) -> dict[str, list[int]]:
     """Take the receipt tokens out of an iteration's result (they are bookkeeping, not a metric)."""
-    rlinks = result.get("env_runners", {}).get(RECEIPTS_KEY[0])
-    if not isinstance(rlinks, dict):
-        return {}
-    found = rlinks.pop(RECEIPTS_KEY[1], None)
-    if not isinstance(found, dict):
-        return {}
-    return {key: _tokens(series) for key, series in found.items()}
-
-
-def _tokens(series: Any) -> list[int]:
-    """The tokens of one runner as RLlib hands them over: a list, or a stats object that peeks as one.
-
-    An iteration without any from that runner reads as NaN.
-    """
-    if hasattr(series, "peek"):
-        series = series.peek()
-    values = series if isinstance(series, (list, tuple)) else [series]
-    return [int(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return per_runner(result, RECEIPTS_KEY[1], take=True)
 
 
 class RLinkReceipts(RLlibCallback):

@@ -20,12 +20,11 @@ equal parts.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Mapping, Optional
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
-from .metrics import RUNNER_METRICS_KEY
+from .metrics import RUNNER_METRICS_KEY, per_runner
 
 __all__ = ["CLIENTS_KEY", "RLinkShares", "clients_in", "update_share"]
 
@@ -50,17 +49,7 @@ def update_share(total_steps: int, fragment_steps: int, clients: Mapping[str, in
 
 def clients_in(result: Mapping[str, Any]) -> dict[str, int]:
     """Every runner's client count in an iteration's result (runner key -> clients)."""
-    rlinks = result.get("env_runners", {}).get(CLIENTS_KEY[0])
-    found = rlinks.get(CLIENTS_KEY[1]) if isinstance(rlinks, dict) else None
-    if not isinstance(found, dict):
-        return {}
-    counts = {}
-    for key, value in found.items():
-        if hasattr(value, "peek"):
-            value = value.peek()
-        if isinstance(value, numbers.Real) and math.isfinite(value):  # numpy's too
-            counts[key] = int(value)
-    return counts
+    return {key: values[-1] for key, values in per_runner(result, CLIENTS_KEY[1]).items() if values}
 
 
 class RLinkShares(RLlibCallback):
