@@ -61,6 +61,7 @@ from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP
 from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.framing import encode_body_once, encode_message
+from .deadlines import DeadlineQueue
 from .errors import IngestError
 from .inbox import Batch, Inbox
 from .inference import InferenceBatcher, InferenceResult, ServedPolicy
@@ -197,6 +198,8 @@ class RLinkServer:
         self.scheduler: Scheduler[Session] = Scheduler(update_steps, on_policy=on_policy,
                                                        fragment_steps=fragment_steps)
         self._sessions: set[Session] = set()
+        #: When to look at each session's deadlines (loop thread only): a tick costs what is due.
+        self.deadlines: DeadlineQueue[Session] = DeadlineQueue()
         #: Every session reads into this (loop thread only; see SessionHost.read_buffer).
         self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
@@ -491,7 +494,7 @@ class RLinkServer:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        for session in list(self._sessions):
+        for session in self.deadlines.pop_due(now):
             session.check_deadlines(now)
         if self._recorder is not None and not self._inbox_full:
             # While reading is paused a client's ACT may wait unread: no served deadline runs then.

@@ -56,6 +56,7 @@ from ..protocol.connection import (
 from ..protocol.errors import ErrorCode, ProtocolError
 from ..protocol.extensions import Extension
 from .._version import SERVER_AGENT
+from .deadlines import DeadlineQueue
 from .errors import IngestError
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
@@ -86,6 +87,9 @@ class SessionHost(Protocol):
     #: Where every session reads small frames and headers (``READ_BUFFER_BYTES``):
     #: one buffer for all, since each read is consumed before the loop reads again.
     read_buffer: memoryview
+    #: When to look at each session's deadlines: the host calls
+    #: :meth:`Session.check_deadlines` for those due, and only those.
+    deadlines: DeadlineQueue
 
     def session_opened(self, session: "Session") -> bool:
         """A connection was made; ``False``: too many clients, the session refuses it (and is counted)."""
@@ -191,6 +195,7 @@ class Session(asyncio.BufferedProtocol):
             return
         self.conn.send_state(state_body, want_steps=want_steps)
         self.weights_seq_no = seq_no
+        self._watch()  # READY again: the idle deadline runs
         self._flush()
 
     def send_actions(self, env: list, actions: Any, seq_no: int) -> None:
@@ -198,6 +203,7 @@ class Session(asyncio.BufferedProtocol):
         if self._closed or self.conn.state is State.CLOSED:
             return
         self.conn.send_actions(env, actions, seq_no)
+        self._watch()
         self._flush()
 
     def send_ack(self, seq: int) -> None:
@@ -231,9 +237,15 @@ class Session(asyncio.BufferedProtocol):
             self._transport.resume_reading()
             self.reading_paused = False
             self.last_activity = time.monotonic()
+            self._watch()
 
     def check_deadlines(self, now: float) -> None:
-        """Close the connection if a deadline passed (the server calls this periodically)."""
+        """Close the connection if a deadline passed; else file it under its next one.
+
+        The host calls this when the time the session filed itself under
+        (:attr:`SessionHost.deadlines`) has come. While reading is paused no
+        deadline counts; resuming files the session again.
+        """
         settings = self.host.settings
         if self._closed or self.reading_paused:
             return
@@ -249,6 +261,34 @@ class Session(asyncio.BufferedProtocol):
             )
         elif conn.state is State.READY and now - self.last_activity > settings.idle_timeout_s:
             self.fail(ErrorCode.LIMIT_EXCEEDED, f"idle for more than {settings.idle_timeout_s:g} s")
+        else:
+            self._watch()
+
+    def next_deadline(self) -> Optional[float]:
+        """The earliest time a deadline of this connection could pass, as things stand; ``None``: none runs.
+
+        Reads only move the idle deadline later; what moves a deadline
+        earlier (connecting, a frame starting, READY again after weights or
+        actions, reading resumed) files the session again (:meth:`_watch`).
+        """
+        if self._closed or self.reading_paused:
+            return None
+        settings, conn = self.host.settings, self.conn
+        at = None
+        if conn.handshaking:
+            at = self.opened_at + settings.handshake_timeout_s
+        elif conn.state is State.READY:
+            at = self.last_activity + settings.idle_timeout_s
+        if self.frame_started_at is not None:
+            frame_at = self.frame_started_at + settings.frame_timeout_s
+            at = frame_at if at is None else min(at, frame_at)
+        return at
+
+    def _watch(self) -> None:
+        """File this session under its next deadline (no-op if it is filed under that or earlier)."""
+        at = self.next_deadline()
+        if at is not None:
+            self.host.deadlines.schedule(self, at)
 
     # -- asyncio protocol -------------------------------------------------
 
@@ -259,6 +299,8 @@ class Session(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         if not self.host.session_opened(self):
             self.fail(ErrorCode.LIMIT_EXCEEDED, f"this runner already serves {self.host.settings.max_clients} clients")
+        else:
+            self._watch()  # the handshake deadline
 
     def pause_writing(self) -> None:
         if self._writer is not None:
@@ -281,13 +323,21 @@ class Session(asyncio.BufferedProtocol):
             conn.received_into(nbytes)
             if conn.in_frame:
                 # More of a large body: nothing to act on until it is all here.
-                self.frame_started_at = self.frame_started_at or now
+                self._frame_going(now)
                 return
         else:
             # The decoder copies what it keeps: the shared buffer is free again on return.
             conn.receive_data(self._chunk[:nbytes])
-        self.frame_started_at = (self.frame_started_at or now) if conn.in_frame else None
+        if conn.in_frame:
+            self._frame_going(now)
+        else:
+            self.frame_started_at = None
         self._handle_events()
+
+    def _frame_going(self, now: float) -> None:
+        if self.frame_started_at is None:
+            self.frame_started_at = now
+            self._watch()  # the frame deadline may come before the one filed
 
     def eof_received(self) -> bool:
         self.conn.receive_eof()
@@ -346,6 +396,7 @@ class Session(asyncio.BufferedProtocol):
             self.client_id = event.client_id
         self._chunk = self.host.read_buffer
         self.host.session_ready(self)
+        self._watch()  # READY: the idle deadline runs
         logger.info(
             "client %s connected from %s (%s; extensions: %s)", self.client_id, self.peer,
             event.peer_agent or "plain RLlink", ", ".join(sorted(event.extensions)) or "none",
