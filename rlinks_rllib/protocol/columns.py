@@ -56,6 +56,8 @@ _EPISODES = "episodes"
 #: The bytes of msgpack-numpy's ``nd`` key, and of an episode state's ``id_`` key.
 _ARRAY_KEY = b"\xc4\x02nd"
 _ID_KEY = b"\xa3id_"
+#: A buffer's ``data`` key, as RLlib writes it (first).
+_DATA_KEY = b"\xa4data"
 #: Per-step arrays per state from which reading columns pays (a state of
 #: stacked columns has about five arrays).
 _MIN_ARRAYS_PER_STATE = 12
@@ -129,6 +131,21 @@ class _Reader:
         first = self.body[self.unpacker.tell()]
         return 0x80 <= first <= 0x8F or first == 0xDE or first == 0xDF
 
+    def _holds_array_steps(self) -> bool:
+        """Whether the buffer map here may hold a column worth stacking.
+
+        RLlib writes a buffer's ``data`` first; when that list's first step is
+        not an array map (plain ints or floats, as RLlib's clients send actions
+        and rewards), the whole buffer is one value for C. Any other layout is
+        read key by key (:meth:`_buffer`).
+        """
+        body, at = self.body, self.tell()
+        if not 0x81 <= body[at] <= 0x8F or body[at + 1:at + 6] != _DATA_KEY:
+            return True
+        kind = body[at + 6]
+        step_at = at + (7 if 0x90 <= kind <= 0x9F else 9 if kind == 0xDC else 11 if kind == 0xDD else 0)
+        return bool(step_at) and step_at < len(body) and body[step_at] in (0x83, 0x85)
+
     def _value(self, depth: int) -> Any:
         """One value the general way (C, with the hook), no deeper than msgpack allows the whole body."""
         start = self.tell()
@@ -159,10 +176,10 @@ class _Reader:
                     extras = {}
                     for _ in range(self.unpacker.read_map_header()):
                         name = unpack()
-                        extras[name] = self._buffer(5) if self._starts_map() else self._value(5)
+                        extras[name] = self._buffer(5) if self._holds_array_steps() else self._value(5)
                     out[key] = _hooked(extras)
                 else:
-                    out[key] = self._buffer(4)
+                    out[key] = self._buffer(4) if self._holds_array_steps() else self._value(4)
             else:
                 out[key] = self._value(4)
         return _hooked(out)
