@@ -94,10 +94,11 @@ def _ingest(wire: list) -> tuple[list, int]:
 
 
 @contextlib.contextmanager
-def serving(**settings) -> Iterator[RLinkServer]:
+def serving(*, on_policy: bool = False, update_steps: int = 64, **settings) -> Iterator[RLinkServer]:
     server = RLinkServer(
         RLinkSettings(port=0, **settings), port=0, ingest=_ingest,
-        config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": {"version": 1}}, update_steps=64, on_policy=False,
+        config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": {"version": 1}},
+        update_steps=update_steps, on_policy=on_policy,
     )
     server.replace_weights(TEST_PARAMS, 1)
     server.start()

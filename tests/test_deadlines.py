@@ -13,16 +13,15 @@ import contextlib
 import gc
 import socket
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from peers import TEST_PARAMS, make_episode
 from rlinks_rllib.protocol import FrameDecoder, encode_message
-from rlinks_rllib.protocol.episodes import check_episode_state
 from rlinks_rllib.server.deadlines import DeadlineQueue
 from rlinks_rllib.server.listener import RLinkServer
-from rlinks_rllib.server.settings import RLinkSettings
+from test_auth_tls import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,26 +84,6 @@ def test_gone_and_discarded_items_are_skipped_and_not_kept_alive():
 # A real server
 
 
-def _ingest(wire: list) -> tuple[list, int]:
-    episodes = [check_episode_state(w, allow_empty=True) for w in wire]
-    return episodes, sum(e["t"] - e["t_started"] for e in episodes)
-
-
-@contextlib.contextmanager
-def _serving(*, on_policy: bool = False, update_steps: int = 64, **settings: Any) -> Iterator[RLinkServer]:
-    server = RLinkServer(
-        RLinkSettings(port=0, **settings), port=0, ingest=_ingest,
-        config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": {"version": 1}},
-        update_steps=update_steps, on_policy=on_policy,
-    )
-    server.replace_weights(TEST_PARAMS, 1)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _on_loop(server: RLinkServer, fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on the server's loop thread (which owns the sessions and the queue); return its result."""
     done: concurrent.futures.Future = concurrent.futures.Future()
@@ -133,7 +112,7 @@ def _read_messages(sock: socket.socket, count: int, timeout: float) -> list[dict
 
 def test_idle_connections_are_filed_under_their_idle_deadline_only():
     clients = 40
-    with _serving(idle_timeout_s=30.0, handshake_timeout_s=0.3) as server, contextlib.ExitStack() as stack:
+    with serving(idle_timeout_s=30.0, handshake_timeout_s=0.3) as server, contextlib.ExitStack() as stack:
         for _ in range(clients):
             sock = stack.enter_context(socket.create_connection(server.address, timeout=5))
             sock.sendall(encode_message({"type": "PING"}))
@@ -152,7 +131,7 @@ def test_idle_connections_are_filed_under_their_idle_deadline_only():
 
 
 def test_a_frame_that_starts_files_its_connection_under_the_frame_deadline():
-    with _serving(idle_timeout_s=600.0, frame_timeout_s=0.5) as server, \
+    with serving(idle_timeout_s=600.0, frame_timeout_s=0.5) as server, \
             socket.create_connection(server.address, timeout=5) as sock:
         sock.sendall(encode_message({"type": "PING"}))
         assert _read_messages(sock, 1, 5.0)[0]["type"] == "PONG"
@@ -168,7 +147,7 @@ def test_a_client_answered_after_a_long_wait_is_watched_for_idleness_again():
     # On-policy: the client's batch is short of the update, so it waits for weights
     # (no idle deadline runs meanwhile), longer than the idle timeout; once answered,
     # it is READY again and must not stay connected while it sends nothing.
-    with _serving(on_policy=True, update_steps=4, idle_timeout_s=0.5, handshake_timeout_s=0.3) as server, \
+    with serving(on_policy=True, update_steps=4, idle_timeout_s=0.5, handshake_timeout_s=0.3) as server, \
             socket.create_connection(server.address, timeout=5) as sock:
         sock.sendall(encode_message({"type": "PING"}))
         assert _read_messages(sock, 1, 5.0)[0]["type"] == "PONG"
