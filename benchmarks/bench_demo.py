@@ -4,9 +4,11 @@ All sides train PPO on CartPole with the settings of ``configs/ppo_cartpole.yaml
 (lr, batch, minibatch, epochs, gamma, vf_loss_coeff, 64x64 tanh model,
 2 EnvRunners, CPU learner); only the transport and the clients differ:
 
-* ours: ``python -m rlinks_rllib demo`` as it ships (our ``RLinkEnvRunner``,
+* ours: ``python -m rlinks_rllib demo`` as it ships, run from this tree
+  (its package, dummy client and config, whichever checkout the venv's
+  install points at; see :data:`TREE_ENV`): our ``RLinkEnvRunner``,
   4 dummy CartPole clients that run the policy in numpy, spread over the
-  runners by the directory). Its ``progress.csv`` gives each iteration's
+  runners by the directory. Its ``progress.csv`` gives each iteration's
   time since training began, which is what is measured.
 * RLlib's: what ``examples/envs/env_connecting_to_rllib_w_tcp_client.py``
   sets up (``EnvRunnerServerForExternalInference``), built here with the same
@@ -76,6 +78,9 @@ MAX_TRAIN_S = 360.0
 #: Build, ray.init and shutdown on top of the training bound, before a run is killed.
 STARTUP_GRACE_S = 150.0
 RESULT_TAG = "RESULT "
+#: The demo's environment: this tree's package first, for the demo, its
+#: clients (scripts outside the package) and Ray's workers alike.
+TREE_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 PIDS_TAG = "RUNNER PIDS "
 
 
@@ -138,7 +143,7 @@ def run_group(cmd: list[str], log: Path, timeout: float,
     deadline = time.monotonic() + timeout
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env=TREE_ENV)
         code: int | None = None
         try:
             while code is None and time.monotonic() < deadline:

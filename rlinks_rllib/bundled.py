@@ -4,9 +4,12 @@ In the source tree they stay where people look for them, ``configs/*.yaml``
 and ``examples/dummy_cartpole_client.py`` at the repository root.
 ``pyproject.toml`` maps those two folders to the subpackages
 ``rlinks_rllib.configs`` and ``rlinks_rllib.examples``, so a wheel carries
-them and an editable install (``make venv``) finds them where they are. This
-module is the one place that knows that; it needs nothing beyond the
-standard library, so a client-only install can use it.
+them and an editable install (``make venv``) finds them where they are. A
+source tree imported as it is (on ``PYTHONPATH``: a git worktree beside the
+checkout that the editable install points at) uses its own two folders, so
+it runs its own client and configs. This module is the one place that knows
+that; it needs nothing beyond the standard library, so a client-only install
+can use it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,22 @@ __all__ = ["config_names", "bundled_config", "resolve_config", "dummy_client"]
 _CONFIGS = f"{__package__}.configs"
 _EXAMPLES = f"{__package__}.examples"
 _DUMMY_CLIENT = "dummy_cartpole_client.py"
+#: Where each subpackage's files are in a source tree, from its root.
+_SOURCE_FOLDERS = {_CONFIGS: "configs", _EXAMPLES: "examples"}
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _path(package: str, name: str = "") -> Path:
-    """A bundled file (or the package's folder) as a real path on disk."""
+    """A bundled file (or the package's folder) as a real path on disk.
+
+    Raises:
+        RuntimeError: the package is not installed as files (imported from a zip).
+    """
+    if (_SOURCE_ROOT / "pyproject.toml").is_file():
+        # A source tree. Its subpackages may resolve through an editable
+        # install of another checkout; its own folders are the ones to use.
+        source = _SOURCE_ROOT / _SOURCE_FOLDERS[package]
+        return source / name if name else source
     found = resources.files(package)
     if name:
         found = found / name

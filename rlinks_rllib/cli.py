@@ -158,7 +158,7 @@ def _endpoints_from_directory(args) -> int:
 
 
 def _demo(args) -> int:
-    from .training.clients import ClientProcesses
+    from .training.clients import ClientProcesses, print_line
     from .training.learner import LearnerOptions, run_learner
 
     config = bundled.bundled_config(DEMO_CONFIG)
@@ -171,7 +171,7 @@ def _demo(args) -> int:
         else:
             runners = [f"{host}:{port}" for _, host, port in addresses]
             targets = [runners[i % len(runners)] for i in range(DEMO_CLIENTS)]
-        print(f"starting {DEMO_CLIENTS} dummy CartPole clients against {', '.join(sorted(set(targets)))}")
+        print_line(f"starting {DEMO_CLIENTS} dummy CartPole clients against {', '.join(sorted(set(targets)))}")
         groups.append(ClientProcesses(bundled.dummy_client(), targets))
 
     try:
@@ -179,6 +179,7 @@ def _demo(args) -> int:
             LearnerOptions(config=str(config), output=args.output, gpu_num=args.gpu_num,
                            stop_iters=args.stop_iters, port=args.port),
             on_ready=start_clients,
+            print_fn=print_line,  # the live view shares stdout with the clients' summaries
         )
     finally:
         for group in groups:

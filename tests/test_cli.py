@@ -64,6 +64,29 @@ def test_unknown_section_names_the_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+def test_each_client_summary_is_printed_as_one_whole_line(tmp_path, monkeypatch):
+    """The copies' reader threads share stdout: each line goes out in one write, so two never run together."""
+    from rlinks_rllib.training.clients import ClientProcesses
+
+    script = tmp_path / "client.py"
+    script.write_text("import sys\nprint('summary: steps=10 ' + 'x' * 4000 + ' ' + sys.argv[2])\n")
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    group = ClientProcesses(script, ["a:1", "b:2"])
+    assert group.wait(timeout=30) == [0, 0]
+    assert sorted(writes) == [f"[client 0] summary: steps=10 {'x' * 4000} a:1\n",
+                              f"[client 1] summary: steps=10 {'x' * 4000} b:2\n"]
+
+
 def test_learner_and_clients_with_two_cpu_learners(tmp_path):
     """`rlinks learner` with --num-learners 2 on the CPU trains clients that `rlinks client` starts.
 

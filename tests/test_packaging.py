@@ -119,6 +119,16 @@ def _probe(python: Path, cwd: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in result.stdout.splitlines())
 
 
+def test_a_source_tree_runs_its_own_configs_and_dummy_client():
+    """A checkout imported as it is (a worktree on PYTHONPATH, beside an editable install of
+    another checkout) hands out its own files, not those the editable install maps to."""
+    from rlinks_rllib import bundled
+
+    assert bundled.dummy_client() == ROOT / "examples" / "dummy_cartpole_client.py"
+    assert bundled.bundled_config("ppo_cartpole") == ROOT / "configs" / "ppo_cartpole.yaml"
+    assert bundled.config_names() == sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
+
+
 @pytest.mark.timeout(300)
 def test_the_wheel_holds_configs_and_dummy_client_and_needs_only_numpy_and_msgpack(built):
     with zipfile.ZipFile(built.wheel) as wheel:

@@ -15,9 +15,23 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["ClientProcesses"]
+__all__ = ["ClientProcesses", "print_line"]
 
 _STOP_GRACE_S = 5.0
+_stdout_lock = threading.Lock()
+
+
+def print_line(line: str) -> None:
+    """Print ``line`` whole: one write of the line and its newline, flushed.
+
+    Each copy's reader thread prints its summary when that copy ends, and the
+    copies of a run often end together; ``print`` writes the text and the
+    newline separately, so two such lines (or a line of the learner's live
+    view) could run together mid-line.
+    """
+    with _stdout_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 class ClientProcesses:
@@ -27,11 +41,12 @@ class ClientProcesses:
         script: the client script to run.
         addresses: one address per copy (``HOST:PORT``).
         extra_args: passed to every copy after ``--address``.
-        print_fn: gets ``[client i] <line>`` for each copy's summary and failures.
+        print_fn: gets ``[client i] <line>`` for each copy's summary and failures
+            (from one reader thread per copy; the default prints each line whole).
     """
 
     def __init__(self, script: Path, addresses: Sequence[str], extra_args: Sequence[str] = (),
-                 print_fn: Callable[[str], None] = print) -> None:
+                 print_fn: Callable[[str], None] = print_line) -> None:
         if not script.is_file():
             raise FileNotFoundError(f"client script not found: {script} (pass --script PATH)")
         self._print = print_fn

@@ -245,9 +245,10 @@ struct Summary {
     const double mean = returns.empty() ? std::nan("")
                                         : std::accumulate(returns.begin(), returns.end(), 0.0) / double(returns.size());
     std::printf("summary: steps=%llu episodes=%llu mean_return_last_20=%.1f weights_seq_no=%llu reconnects=%llu "
-                "batches_resent=%llu local_steps_per_s=%.0f\n",
+                "batches_resent=%llu steps_sent=%llu steps_acked=%llu local_steps_per_s=%.0f\n",
                 (unsigned long long)steps, (unsigned long long)episodes, mean, (unsigned long long)weights_seq_no,
                 (unsigned long long)stats.reconnects, (unsigned long long)stats.batches_resent,
+                (unsigned long long)stats.steps_sent, (unsigned long long)stats.steps_acked,
                 local_seconds > 0 ? double(steps) / local_seconds : 0.0);
     std::fflush(stdout);
   }
@@ -328,7 +329,11 @@ void run(const Args& args, rlinks::Client& client, Summary& summary) {
   }
   add_local_time();
   summary.weights_seq_no = policy.seq_no();
-  if (!on_policy) client.flush();
+  // The runner acknowledges a batch when RLlib takes it, which can be after
+  // the weights it answered with (steps beyond an update's share, a batch
+  // resent after a reconnect): wait for those ACKs (bounded by --timeout)
+  // rather than close with batches the runner has but we never heard of.
+  client.flush();
 }
 
 // The learner must be set up for CartPole; rlinks' runner says how (RLlib's
