@@ -224,6 +224,11 @@ def run(args: argparse.Namespace) -> dict:
                 policy.set_params(update.params)
             if progress is not None:
                 progress.weights_seq_no = update.seq_no
+        if not stopping:
+            # The runner confirms a batch when RLlib takes it, which can be after
+            # the weights it answered with: wait (up to --timeout) for those ACKs
+            # rather than close with batches the runner has and we never heard of.
+            client.flush()
     except ServerError as exc:
         if exc.code != ErrorCode.SHUTTING_DOWN:
             raise

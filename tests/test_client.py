@@ -570,6 +570,32 @@ def test_sigterm_stops_a_reliable_dummy_client_that_is_reconnecting():
     assert "stopped by SIGTERM" in out and "summary: steps=0" in out, out
 
 
+def test_a_dummy_client_at_its_step_budget_waits_for_its_last_acks():
+    """The runner confirms a batch when RLlib takes it, which can come after the weights it answered with."""
+    from harness import DUMMY_CLIENT
+    from peers import HANDLED
+    from test_cpp_client import UPDATE_STEPS, ScriptedRunner
+
+    def weights_before_ack(server, conn, message):
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            server.weights_seq_no += 1
+            conn.send(server.set_state(frozenset({"want_steps"})))
+            conn.send({"type": "ACK", "seq": message["seq"]})
+            return HANDLED
+        return None
+
+    with ScriptedRunner(on_message=weights_before_ack) as server:
+        result = subprocess.run(
+            [sys.executable, str(DUMMY_CLIENT), "--address", server.address, "--max-steps", str(2 * UPDATE_STEPS),
+             "--timeout", "20"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "not acknowledged" not in output, output
+    assert f"steps_sent={2 * UPDATE_STEPS} steps_acked={2 * UPDATE_STEPS}" in output, output
+
+
 def test_backoff_is_exponential_with_full_jitter():
     rng = random.Random(1)
     for failures in range(8):

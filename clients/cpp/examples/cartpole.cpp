@@ -333,7 +333,8 @@ void run(const Args& args, rlinks::Client& client, Summary& summary) {
   // the weights it answered with (steps beyond an update's share, a batch
   // resent after a reconnect): wait for those ACKs (bounded by --timeout)
   // rather than close with batches the runner has but we never heard of.
-  client.flush();
+  // Told to stop, an on-policy run stops now, as before.
+  if (!on_policy || !stop_requested) client.flush();
 }
 
 // The learner must be set up for CartPole; rlinks' runner says how (RLlib's
