@@ -573,16 +573,7 @@ def test_sigterm_stops_a_reliable_dummy_client_that_is_reconnecting():
 def test_a_dummy_client_at_its_step_budget_waits_for_its_last_acks():
     """The runner confirms a batch when RLlib takes it, which can come after the weights it answered with."""
     from harness import DUMMY_CLIENT
-    from peers import HANDLED
-    from test_cpp_client import UPDATE_STEPS, ScriptedRunner
-
-    def weights_before_ack(server, conn, message):
-        if message["type"] == "EPISODES_AND_GET_STATE":
-            server.weights_seq_no += 1
-            conn.send(server.set_state(frozenset({"want_steps"})))
-            conn.send({"type": "ACK", "seq": message["seq"]})
-            return HANDLED
-        return None
+    from test_cpp_client import UPDATE_STEPS, ScriptedRunner, weights_before_ack
 
     with ScriptedRunner(on_message=weights_before_ack) as server:
         result = subprocess.run(

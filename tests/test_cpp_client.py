@@ -597,18 +597,22 @@ def test_an_acknowledged_on_policy_batch_is_never_sent_again(cpp):
     assert [m.get("seq") for _, m in batches[3:]] == [3]
 
 
-def test_the_run_ends_after_the_last_batch_is_acknowledged(cpp):
-    # The runner acknowledges a batch when RLlib takes it, which can be after
-    # the weights it answered with (steps beyond an update's share wait for
-    # the next sample()): the last ACK then arrives after the last SET_STATE.
-    def weights_before_ack(server, conn, message):
-        if message["type"] == "EPISODES_AND_GET_STATE":
-            server.weights_seq_no += 1
-            conn.send(server.set_state(frozenset({"want_steps"})))
-            conn.send({"type": "ACK", "seq": message["seq"]})
-            return HANDLED
-        return None
+def weights_before_ack(server, conn, message):
+    """A ScriptedRunner answer: each batch's weights first, then its ACK.
 
+    The runner acknowledges a batch when RLlib takes it, which can be after
+    the weights it answered with (steps beyond an update's share wait for
+    the next sample()): the last ACK then arrives after the last SET_STATE.
+    """
+    if message["type"] == "EPISODES_AND_GET_STATE":
+        server.weights_seq_no += 1
+        conn.send(server.set_state(frozenset({"want_steps"})))
+        conn.send({"type": "ACK", "seq": message["seq"]})
+        return HANDLED
+    return None
+
+
+def test_the_run_ends_after_the_last_batch_is_acknowledged(cpp):
     with ScriptedRunner(on_message=weights_before_ack) as server:
         result = cartpole(cpp, "--address", server.address, "--max-steps", str(2 * UPDATE_STEPS))
     assert result.returncode == 0, result.stderr
