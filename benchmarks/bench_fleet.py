@@ -17,7 +17,8 @@ Printed beside their anchors in the same run:
   connection is open and handshaken, minus its RSS before the first one,
   over the number of connections [< 64 KB]; and again at the end;
 * ``sample()`` wall time p50/p99 [p99 < 100 ms];
-* the loop thread's CPU share while the fleet sends.
+* the loop thread's CPU share while the fleet sends, and before that while
+  every connection is open and silent (what timers and deadlines cost).
 
 The soft limit on open files is raised to the hard limit when the fleet
 needs it (runner: one descriptor per connection; each sender process: its
@@ -110,7 +111,7 @@ def _sender(index: int, count: int, frame: bytes, port: int, period: float, read
             sock.close()
 
 
-def run(clients: int, period: float, seconds: float, fragment: int) -> int:
+def run(clients: int, period: float, seconds: float, fragment: int, idle_s: float = 4.0) -> int:
     import gymnasium as gym
     import numpy as np
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -154,6 +155,10 @@ def run(clients: int, period: float, seconds: float, fragment: int) -> int:
         connect_s = now() - started
         print(f"  {connected:,} connections open and handshaken in {connect_s:.1f} s")
         loop_thread = runner.server._thread  # noqa: SLF001 - its CPU time is what is measured
+        # Connected and silent: what the loop spends on a fleet that sends nothing (timers, deadlines).
+        idle0 = _thread_cpu(loop_thread)
+        time.sleep(idle_s)
+        idle_cpu = _thread_cpu(loop_thread) - idle0
         cpu0 = _thread_cpu(loop_thread)
         go.set()
         durations: list[float] = []
@@ -192,7 +197,8 @@ def run(clients: int, period: float, seconds: float, fragment: int) -> int:
     print(f"  runner RSS: {rss0 / 2**20:,.0f} MiB before, {rss1 / 2**20:,.0f} MiB connected, "
           f"{rss2 / 2**20:,.0f} MiB at the end")
     print(f"  sample() calls {len(durations)}, p50 {p50:.1f} ms, p99 {p99:.1f} ms (fragment {fragment} steps)")
-    print(f"  loop thread CPU while sending: {100 * loop_cpu / window:.0f}% of one core")
+    print(f"  loop thread CPU while sending: {100 * loop_cpu / window:.0f}% of one core; "
+          f"while connected and silent ({idle_s:g} s): {100 * idle_cpu / idle_s:.2f}%")
     print("results [aim]:")
     print(f"  steps handed over: {100 * share:.2f}%  [>= 99%]")
     print(f"  runner memory per connection: {per_conn / 1024:.1f} KB connected, {per_conn_end / 1024:.1f} KB at the end"
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     period = 1.0 if args.quick and args.period == 5.0 else args.period
     print(f"bench_fleet: {clients:,} plain-RLlink connections, one {CHUNK_STEPS}-step chunk (RLlib's per-step form) "
           f"each per {period:g} s, {seconds:g} s measured; {os.cpu_count()} CPUs")
-    return run(clients, period, seconds, args.fragment)
+    return run(clients, period, seconds, args.fragment, idle_s=1.0 if args.quick else 4.0)
 
 
 if __name__ == "__main__":
