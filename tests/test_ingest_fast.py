@@ -254,3 +254,45 @@ def test_log_episodes_reports_what_per_episode_logging_reports():
         theirs.log_value(EPISODE_LEN_MAX, length, reduce="max", window=window)
         theirs.log_value(EPISODE_RETURN_MAX, ret, reduce="max", window=window)
     assert ours.reduce() == theirs.reduce()
+
+
+def test_transport_counters_that_did_not_grow_reduce_as_if_logged_again():
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    from rlinks_rllib.server.metrics import _COUNTERS, RUNNER_METRICS_KEY, TransportMetrics
+
+    reports = [{"bytes_in": 10, "frames_in": 1, "errors": {"bad_message": 1}},
+               {"bytes_in": 10, "frames_in": 3, "errors": {"bad_message": 1}},
+               {"bytes_in": 25, "frames_in": 3, "errors": {"bad_message": 2, "limit_exceeded": 1}},
+               {"bytes_in": 25, "frames_in": 3, "errors": {"bad_message": 2, "limit_exceeded": 1}}]
+    ours, theirs, metrics = MetricsLogger(), MetricsLogger(), TransportMetrics()
+    last: dict = {}
+    for report in reports:
+        snapshot = {"clients_connected": 2, **report}
+        metrics.log(ours, snapshot, inbox_steps=0, inbox_bytes=0, weights_seq_no=1, lags=[],
+                    dropped_stale_steps=0)
+        # Every counter logged every time, as a delta.
+        key = RUNNER_METRICS_KEY
+        for name in ("clients_connected", "inbox_steps", "inbox_bytes", "weights_seq_no"):
+            theirs.log_value((key, name), {"clients_connected": 2, "weights_seq_no": 1}.get(name, 0),
+                             reduce="max", window=1)
+        counts = {**{name: snapshot.get(name, 0) for name in _COUNTERS},
+                  **{("errors", code): n for code, n in report["errors"].items()}, "dropped_stale_steps": 0}
+        for name, value in counts.items():
+            path = (key, *name) if isinstance(name, tuple) else (key, name)
+            theirs.log_value(path, value - last.get(name, 0), reduce="lifetime_sum")
+            last[name] = value
+        assert ours.reduce() == theirs.reduce()
+
+
+def test_episode_totals_sum_a_chunked_episode_as_rllib_does():
+    from rlinks_rllib.server.episodes import episode_from_state
+    from rlinks_rllib.server.metrics import EpisodeTotals
+
+    _, ours = cartpole_batch(90, seed=5, episode_steps=30)
+    states = [check_episode_state(s) for s in ours]
+    episodes = [episode_from_state(s) for s in states]
+    totals = EpisodeTotals()
+    done = [t for t in (totals.add(e) for e in episodes) if t is not None]
+    assert [(length, ret) for length, ret, _ in done] == [
+        (len(e), float(np.sum(e.get_rewards()))) for e in episodes if e.is_done]

@@ -84,7 +84,12 @@ class EpisodeTotals:
         """Account a chunk; return (length, return, duration) once the episode is done."""
         totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0]
         totals[0] += len(episode)
-        totals[1] += float(np.sum(episode.get_rewards()))  # get_return() sums in Python
+        rewards = episode.rewards
+        if rewards.finalized and type(rewards.data) is np.ndarray:
+            # What the runner's ingest makes: one array, the lookback first.
+            totals[1] += float(rewards.data[rewards.lookback:].sum())
+        else:
+            totals[1] += float(np.sum(episode.get_rewards()))  # get_return() sums in Python
         totals[2] += float(episode.get_duration_s() or 0.0)
         if episode.is_done:
             return int(totals[0]), totals[1], totals[2]
@@ -170,6 +175,19 @@ class TransportMetrics:
         self._last[name] = value
         return delta
 
+    def _log_delta(self, metrics: MetricsLogger, key: tuple, name: str, value: int) -> int:
+        """Log a counter's growth since the last report; a counter that did not grow is logged once only.
+
+        A lifetime sum, once logged, stays in the logger and reduces to its
+        unchanged total: logging 0 again would only cost time (about thirty
+        counters per ``get_metrics()``, most of them still).
+        """
+        first = name not in self._last
+        delta = self._delta(name, value)
+        if delta or first:
+            metrics.log_value(key, delta, reduce="lifetime_sum")
+        return delta
+
     def log(self, metrics: MetricsLogger, snapshot: dict, *, inbox_steps: int, inbox_bytes: int,
             weights_seq_no: int, lags: list[int], dropped_stale_steps: int) -> None:
         key = RUNNER_METRICS_KEY
@@ -179,9 +197,7 @@ class TransportMetrics:
         metrics.log_value((key, "inbox_bytes"), inbox_bytes, reduce="max", window=1)
         metrics.log_value((key, "weights_seq_no"), weights_seq_no, reduce="max", window=1)
         # Counters: totals over the run, summed over runners.
-        deltas = {name: self._delta(name, snapshot.get(name, 0)) for name in _COUNTERS}
-        for name, delta in deltas.items():
-            metrics.log_value((key, name), delta, reduce="lifetime_sum")
+        deltas = {name: self._log_delta(metrics, (key, name), name, snapshot.get(name, 0)) for name in _COUNTERS}
         batches = deltas["inference_batches"]
         if batches:
             # Served actions: rows and ACTs per forward pass, and its time, over this report's batches.
@@ -190,9 +206,8 @@ class TransportMetrics:
                               window=100)
             metrics.log_value((key, "inference_ms_mean"), 1000.0 * deltas["inference_s"] / batches, window=100)
         for code, count in snapshot["errors"].items():
-            metrics.log_value((key, "errors", code), self._delta("error:" + code, count), reduce="lifetime_sum")
-        metrics.log_value((key, "dropped_stale_steps"), self._delta("dropped", dropped_stale_steps),
-                          reduce="lifetime_sum")
+            self._log_delta(metrics, (key, "errors", code), "error:" + code, count)
+        self._log_delta(metrics, (key, "dropped_stale_steps"), "dropped", dropped_stale_steps)
         if lags:
             metrics.log_value((key, "policy_lag_mean"), sum(lags) / len(lags), window=100)
             metrics.log_value((key, "policy_lag_max"), max(lags), reduce="max", window=100)
