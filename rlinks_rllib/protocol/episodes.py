@@ -413,9 +413,8 @@ def check_episode_state(
     """
     if type(state) is not dict and not isinstance(state, Mapping):
         raise EpisodeError(f"episode state: expected a map, got {_type_name(state)}")
-    missing = REQUIRED_KEYS.difference(state.keys())
-    if missing:
-        raise EpisodeError(f"episode state: missing keys {sorted(missing)}")
+    if not state.keys() >= REQUIRED_KEYS:
+        raise EpisodeError(f"episode state: missing keys {sorted(REQUIRED_KEYS.difference(state.keys()))}")
 
     id_ = state[ID]
     if type(id_) is not str or not 0 < len(id_) <= MAX_ID_LENGTH:
@@ -522,9 +521,8 @@ class _Buffer:
         self.path = path
         if type(buf) is not dict and not isinstance(buf, Mapping):
             raise EpisodeError(f"{path}: expected a buffer map, got {_type_name(buf)}")
-        missing = BUFFER_KEYS.difference(buf.keys())
-        if missing:
-            raise EpisodeError(f"{path}: missing keys {sorted(missing)}")
+        if not buf.keys() >= BUFFER_KEYS:
+            raise EpisodeError(f"{path}: missing keys {sorted(BUFFER_KEYS.difference(buf.keys()))}")
         lookback = buf[BUFFER_LOOKBACK]
         if type(lookback) is not int or not 0 <= lookback <= max_lookback:
             lookback = _check_int(lookback, f"{path}.{BUFFER_LOOKBACK}", 0, max_lookback)
