@@ -121,3 +121,24 @@ def test_fullness_and_drain_callback():
     assert not inbox.full() and drained == [True]
     assert inbox.put(batch(1, 2000))  # full by bytes
     assert inbox.nbytes == 2100
+
+
+def test_a_full_inbox_ends_a_waiting_take():
+    # A share of large observations can be more than the inbox holds: once it
+    # is full nothing more comes in until something is taken, so waiting on
+    # would only wait out the timeout (with reading paused).
+    inbox = Inbox(max_steps=1000, max_bytes=1000)
+    taker = Taker(inbox, 4000)
+    wait_until_waiting(inbox)
+    assert not inbox.put(batch(16, 600))
+    time.sleep(0.05)
+    assert taker.waiting
+    assert inbox.put(batch(16, 600))  # full by bytes
+    full_at = time.monotonic()
+    assert [b.steps for b in taker.join()] == [16, 16]
+    assert taker.returned_at - full_at < 2.0
+    # And a take that finds it full does not wait at all.
+    inbox.put(batch(16, 1200))
+    started = time.monotonic()
+    assert [b.steps for b in inbox.take(4000, WAIT_S)] == [16]
+    assert time.monotonic() - started < 2.0

@@ -78,7 +78,7 @@ class Inbox:
         """Add a batch; never blocks. Returns whether the inbox is now full.
 
         A waiting :meth:`take` is woken only once the steps held reach what
-        it waits for, not by every batch.
+        it waits for, or the inbox is full, not by every batch.
         """
         with self._cond:
             self._batches.append(batch)
@@ -96,23 +96,25 @@ class Inbox:
         self._bytes += nbytes
         full = self._full_locked()
         self._was_full = self._was_full or full
-        if self._wants and self._steps >= min(self._wants):
+        if self._wants and (full or self._steps >= min(self._wants)):
             self._cond.notify_all()
         return full
 
     def take(self, min_steps: int, timeout: float) -> list[Batch]:
-        """Wait until ``min_steps`` are held or ``timeout`` passes; take at least that many.
+        """Wait until ``min_steps`` are held, the inbox is full, or ``timeout`` passes; take at least that many.
 
         Takes whole batches, oldest first, until their steps reach
-        ``min_steps``; what is left waits for the next call. On timeout it
-        takes everything held (possibly nothing).
+        ``min_steps``; what is left waits for the next call. A full inbox
+        ends the wait at once: nothing more comes in until something is
+        taken (a share of large observations can be more than the inbox
+        holds). On timeout it takes everything held (possibly nothing).
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            if self._steps < min_steps and not self._closed:
+            if self._steps < min_steps and not self._closed and not self._full_locked():
                 self._wants.append(min_steps)
                 try:
-                    while self._steps < min_steps and not self._closed:
+                    while self._steps < min_steps and not self._closed and not self._full_locked():
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break
