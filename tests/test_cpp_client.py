@@ -597,6 +597,30 @@ def test_an_acknowledged_on_policy_batch_is_never_sent_again(cpp):
     assert [m.get("seq") for _, m in batches[3:]] == [3]
 
 
+def test_a_resent_on_policy_batch_whose_weights_came_before_has_its_answer_dropped(cpp):
+    # Seq 1 is answered but not yet confirmed when the connection drops under
+    # seq 2: both are sent again, and the runner answers each with SET_STATE.
+    # Seq 1's second answer is not for the call waiting on seq 2; taken for it,
+    # every later call would get the answer meant for the one before.
+    def weights_for_seq_1_then_drop(server, conn, message):
+        if conn.index == 0 and message.get("seq") == 1:
+            server.weights_seq_no += 1
+            conn.send(server.set_state(frozenset({"want_steps"})))
+            return HANDLED  # no ACK: still pending
+        if conn.index == 0 and message.get("seq") == 2:
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=weights_for_seq_1_then_drop) as server:
+        result = cartpole(cpp, "--address", server.address, "--max-steps", str(4 * UPDATE_STEPS), "--reliable")
+    assert result.returncode == 0, result.stderr
+    assert [(b.conn, b.seq) for b in server.batches] == [(0, 1), (0, 2), (1, 1), (1, 2), (1, 3), (1, 4)]
+    # The client ends on the weights the runner sent last, not the ones before.
+    summary = summary_of(result.stdout)
+    assert summary["weights_seq_no"] == server.weights_seq_no
+    assert summary["steps_acked"] == summary["steps_sent"] == 4 * UPDATE_STEPS
+
+
 def weights_before_ack(server, conn, message):
     """A ScriptedRunner answer: each batch's weights first, then its ACK.
 

@@ -155,6 +155,11 @@ WeightsUpdate Client::send_episodes_and_get_state(std::vector<Value> episodes) {
   const char* what = "send_episodes_and_get_state";
   run(what, [&] { make_room(); });
   const std::shared_ptr<Batch> batch = enqueue(MessageType::episodes_and_get_state, std::move(episodes));
+  awaiting_state_ = batch.get();
+  struct Clear {
+    const Batch*& awaiting;
+    ~Clear() { awaiting = nullptr; }
+  } clear{awaiting_state_};
   const Value reply = run(what, [&] {
     drain();
     if (batch->sent_on != generation_) {
@@ -463,7 +468,18 @@ void Client::resend_pending() {
     pending_.clear();
     return;
   }
-  for (const std::shared_ptr<Batch>& batch : pending_) send_batch(*batch);
+  // A copy: an ACK read while a SET_STATE is awaited below takes its batch out of pending_.
+  const std::vector<std::shared_ptr<Batch>> batches(pending_.begin(), pending_.end());
+  for (const std::shared_ptr<Batch>& batch : batches) {
+    if (batch->acked) continue;  // confirmed while an earlier one's weights were awaited
+    send_batch(*batch);
+    if (batch->type == MessageType::episodes_and_get_state && batch.get() != awaiting_state_) {
+      // Sent again, an on-policy batch is owed a SET_STATE before anything
+      // else; its weights went to the call that sent it first: read and drop.
+      await(MessageType::set_state, "SET_STATE (owed for on-policy batch " + std::to_string(batch->seq.value_or(0)) +
+                                        ", sent again)");
+    }
+  }
 }
 
 void Client::discard_connection() {

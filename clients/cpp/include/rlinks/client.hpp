@@ -203,6 +203,9 @@ class Client {
 
   uint64_t next_seq_ = 1;
   std::deque<std::shared_ptr<Batch>> pending_;
+  // The on-policy batch whose call waits for its SET_STATE now (resend_pending
+  // leaves that answer to the call; any other resent on-policy batch's is dropped).
+  const Batch* awaiting_state_ = nullptr;
   ClientStats counters_;
 
   // served_actions: the envs with an episode open on the runner, as of
