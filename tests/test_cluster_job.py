@@ -274,14 +274,19 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 
 def _submit(cluster: LocalCluster, job_id: str, entrypoint: list[str]) -> None:
-    """``ray job submit --working-dir .``; again if the node's job agent wasn't up yet."""
+    """``ray job submit --working-dir .``; again if the node's job agent or the dashboard wasn't up yet.
+
+    The dashboard answering ``job list`` once does not mean it takes the next
+    request: on a loaded machine a submit right after it was once refused.
+    """
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         result = cluster.ray("job", "submit", "--address", cluster.dashboard, "--submission-id", job_id,
                              "--working-dir", ".", "--no-wait", "--", *entrypoint)
         said = result.stdout + result.stderr
         if result.returncode == 0:
             return
-        if "No available agent" not in said or attempt == SUBMIT_ATTEMPTS:
+        not_up = "No available agent" in said or "Failed to connect to Ray at address" in said
+        if not not_up or attempt == SUBMIT_ATTEMPTS:
             pytest.fail(f"ray job submit failed:\n{said[-3000:]}")
         time.sleep(SUBMIT_RETRY_S)
 
