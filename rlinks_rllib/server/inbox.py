@@ -74,6 +74,10 @@ class Inbox:
     def _full_locked(self) -> bool:
         return self._steps >= self.max_steps or self._bytes >= self.max_bytes
 
+    def _must_wait_locked(self, min_steps: int) -> bool:
+        """Whether a take of ``min_steps`` waits on: too few steps, open, and room for more to come in."""
+        return self._steps < min_steps and not self._closed and not self._full_locked()
+
     def put(self, batch: Batch) -> bool:
         """Add a batch; never blocks. Returns whether the inbox is now full.
 
@@ -111,10 +115,10 @@ class Inbox:
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            if self._steps < min_steps and not self._closed and not self._full_locked():
+            if self._must_wait_locked(min_steps):
                 self._wants.append(min_steps)
                 try:
-                    while self._steps < min_steps and not self._closed and not self._full_locked():
+                    while self._must_wait_locked(min_steps):
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break

@@ -425,6 +425,7 @@ class Session(asyncio.BufferedProtocol):
     def _close(self) -> None:
         """Close after flushing what was written; the host forgets the session's promises."""
         self._closed = True
+        self.host.deadlines.discard(self)  # no deadline of a closed session is looked at again
         if self._transport is not None:
             if self._writer is not None:
                 self._writer.flush_for_close()
