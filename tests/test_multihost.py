@@ -120,19 +120,20 @@ def test_a_worker_node_killed(training):
     acked = {s.name: s.count("steps_acked") for s in moved}
     started = time.monotonic()
     killed = run.cluster.ray.kill_node(dead)
-    recovery = wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in moved), 120,
-                        f"the simulators of the killed node confirmed elsewhere ({_sim_state(run)})")
-    restarted = wait_for(lambda: _runners(output)[index].startswith(f"{hosts['worker1']}:"), 180,
-                         f"RLlib to restart runner {index} on worker1 ({_runners(output)})")
-    restarted += recovery
-    after = run.books(timeout=120)
-    assert after["trained"] > before["trained"]
-    say(f"(b) {dead}'s Ray killed ({killed} processes left in its namespace): its {len(moved)} simulators confirmed "
-        f"elsewhere after {recovery:.1f}s; runner {index} restarted on worker1 after "
-        f"{time.monotonic() - started:.1f}s ({_runners(output)[index]}); before {before}, after {after}")
-    # Give the cluster its second worker back for what follows.
-    run.cluster.ray.start_worker(dead)
-    wait_for(lambda: run.cluster.ray.alive_nodes() == 3, 120, "worker2 to rejoin")
+    try:
+        recovery = wait_for(lambda: all(s.count("steps_acked") > acked[s.name] for s in moved), 120,
+                            f"the simulators of the killed node confirmed elsewhere ({_sim_state(run)})")
+        wait_for(lambda: _runners(output)[index].startswith(f"{hosts['worker1']}:"), 180,
+                 f"RLlib to restart runner {index} on worker1 ({_runners(output)})")
+        after = run.books(timeout=120)
+        assert after["trained"] > before["trained"]
+        say(f"(b) {dead}'s Ray killed ({killed} processes left in its namespace): its {len(moved)} simulators "
+            f"confirmed elsewhere after {recovery:.1f}s; runner {index} restarted on worker1 after "
+            f"{time.monotonic() - started:.1f}s ({_runners(output)[index]}); before {before}, after {after}")
+    finally:
+        # Give the cluster its second worker back for what follows, whatever happened above.
+        run.cluster.ray.start_worker(dead)
+        wait_for(lambda: run.cluster.ray.alive_nodes() == 3, 120, "worker2 to rejoin")
 
 
 def test_the_learner_job_stopped_and_resubmitted_from_its_checkpoint(training):

@@ -24,3 +24,37 @@ def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
     row = row_from_result(empty, time_s=5.0, clients=0, previous=row)
     assert (row["env_steps_iter"], row["weights_seq_no"], row["policy_lag_max"]) == (0, 0, 0.0)
     assert math.isnan(row["episode_return_mean"])
+
+
+def test_a_reader_polling_the_learners_files_never_sees_half_of_one(tmp_path):
+    """progress.csv and endpoints.json are rewritten while scripts and tests poll them (seen in CI: an empty read)."""
+    import csv
+    import json
+    import threading
+
+    from rlinks_rllib.training.files import write_json_whole
+    from rlinks_rllib.training.report import write_csv
+
+    table, endpoints = tmp_path / "progress.csv", tmp_path / "endpoints.json"
+    row = dict.fromkeys(COLUMNS, 1)
+    write_csv([row], table)
+    write_json_whole(endpoints, [])
+    done = threading.Event()
+
+    def rewrite():
+        for n in range(1, 600):
+            write_csv([row] * (n % 50 + 1), table)
+            write_json_whole(endpoints, [{"worker_index": i, "host": "10.0.0.1", "port": 5556} for i in range(n % 7)])
+        done.set()
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    reads = 0
+    while not done.is_set():
+        with open(table, newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(r["env_steps_iter"] == "1" for r in rows), rows[-1:]
+        json.loads(endpoints.read_text())
+        reads += 1
+    writer.join(30)
+    assert reads > 10 and not list(tmp_path.glob(".*partial"))

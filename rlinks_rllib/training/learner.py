@@ -8,7 +8,6 @@ reward was reached (or none was set), 2 when the iteration cap came first.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from .config_file import build_algorithm_config, load_spec
+from .files import write_json_whole
 from .report import format_row, plot_curve, row_from_result, write_csv
 from .timings import IterationTimes
 
@@ -146,8 +146,7 @@ def _note_moves(addresses: list[tuple[int, str, int]], runners: list, output: Pa
 
 
 def _write_endpoints(output: Path, addresses: list[tuple[int, str, int]]) -> None:
-    (output / "endpoints.json").write_text(json.dumps(
-        [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses], indent=2))
+    write_json_whole(output / "endpoints.json", [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses])
 
 
 @contextlib.contextmanager
@@ -210,7 +209,7 @@ def run_learner(
         _write_endpoints(output, addresses)
         if directory is not None:
             host, port = directory.public_address
-            (output / "directory.json").write_text(json.dumps({"host": host, "port": port}))
+            write_json_whole(output / "directory.json", {"host": host, "port": port})
         for index, host, port in addresses:
             print_fn(f"  runner {index}: {host}:{port}")
         if on_ready is not None:

@@ -8,11 +8,13 @@ result dict by :func:`row_from_result`; :func:`write_csv` and
 from __future__ import annotations
 
 import csv
+import io
 import math
 import numbers
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .files import write_text_whole
 from .timings import TIME_COLUMNS
 
 __all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
@@ -85,12 +87,13 @@ def format_row(row: dict) -> str:
 
 
 def write_csv(rows: Iterable[dict], path: Path) -> None:
-    """All rows so far, rewritten whole (a run is at most thousands of rows)."""
-    with open(path, "w", newline="") as f:
-        rows = list(rows)
-        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, *_policy_columns(rows)], restval="")
-        writer.writeheader()
-        writer.writerows(rows)
+    """All rows so far, rewritten whole (a run is at most thousands of rows); readers never see half a table."""
+    rows = list(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=[*COLUMNS, *_policy_columns(rows)], restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_whole(path, table.getvalue())
 
 
 def plot_curve(rows: list[dict], path: Path, *, target: float | None = None, title: str = "") -> None:
