@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["write_text_whole", "write_json_whole"]
 
@@ -28,6 +28,6 @@ def write_text_whole(path: Path, text: str) -> None:
         partial.unlink(missing_ok=True)
 
 
-def write_json_whole(path: Path, value: Any) -> None:
-    """``value`` as indented JSON at ``path``, replaced whole (:func:`write_text_whole`)."""
-    write_text_whole(path, json.dumps(value, indent=2))
+def write_json_whole(path: Path, value: Any, *, indent: Optional[int] = 2) -> None:
+    """``value`` as JSON at ``path``, replaced whole (:func:`write_text_whole`); ``indent=None``: one line."""
+    write_text_whole(path, json.dumps(value, indent=indent))

@@ -209,7 +209,7 @@ def run_learner(
         _write_endpoints(output, addresses)
         if directory is not None:
             host, port = directory.public_address
-            write_json_whole(output / "directory.json", {"host": host, "port": port})
+            write_json_whole(output / "directory.json", {"host": host, "port": port}, indent=None)
         for index, host, port in addresses:
             print_fn(f"  runner {index}: {host}:{port}")
         if on_ready is not None:
