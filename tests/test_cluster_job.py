@@ -292,15 +292,10 @@ def _submit(cluster: LocalCluster, job_id: str, entrypoint: list[str]) -> None:
 
 
 def _wait_for_json(cluster: LocalCluster, job_id: str, path: Path, deadline: float):
-    """What the learner wrote to ``path`` (endpoints.json, directory.json) once it is there whole."""
+    """What the learner wrote to ``path`` (endpoints.json, directory.json); it replaces them whole."""
     while True:
         if path.exists():
-            try:
-                found = json.loads(path.read_text())
-            except json.JSONDecodeError:  # caught mid-write; the next look sees all of it
-                found = None
-            if found:
-                return found
+            return json.loads(path.read_text())
         status = cluster.job_status(job_id)
         if status in FINAL_STATUSES or time.monotonic() > deadline:
             pytest.fail(f"job {job_id} is {status} and never wrote {path.name}:\n{cluster.job_logs(job_id)}")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import math
+import threading
 
 import numpy as np
 
-from rlinks_rllib.training.report import COLUMNS, row_from_result
+from rlinks_rllib.training.files import write_json_whole
+from rlinks_rllib.training.report import COLUMNS, row_from_result, write_csv
 
 
 def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
@@ -28,13 +32,6 @@ def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
 
 def test_a_reader_polling_the_learners_files_never_sees_half_of_one(tmp_path):
     """progress.csv and endpoints.json are rewritten while scripts and tests poll them (seen in CI: an empty read)."""
-    import csv
-    import json
-    import threading
-
-    from rlinks_rllib.training.files import write_json_whole
-    from rlinks_rllib.training.report import write_csv
-
     table, endpoints = tmp_path / "progress.csv", tmp_path / "endpoints.json"
     row = dict.fromkeys(COLUMNS, 1)
     write_csv([row], table)
@@ -42,10 +39,13 @@ def test_a_reader_polling_the_learners_files_never_sees_half_of_one(tmp_path):
     done = threading.Event()
 
     def rewrite():
-        for n in range(1, 600):
-            write_csv([row] * (n % 50 + 1), table)
-            write_json_whole(endpoints, [{"worker_index": i, "host": "10.0.0.1", "port": 5556} for i in range(n % 7)])
-        done.set()
+        try:
+            for n in range(1, 600):
+                write_csv([row] * (n % 50 + 1), table)
+                write_json_whole(endpoints, [{"worker_index": i, "host": "10.0.0.1", "port": 5556}
+                                             for i in range(n % 7)])
+        finally:
+            done.set()  # a writer that failed ends the reading loop too
 
     writer = threading.Thread(target=rewrite, daemon=True)
     writer.start()
