@@ -1,10 +1,22 @@
 """The simulator side of rlinks-rllib: connect to a learner, send episodes, get weights.
 
+What a simulator needs comes from here, in one import:
+
+* :class:`EnvClient`: the object a simulator's loop calls (``act``,
+  ``report``), local or served, one env, many, or many agents;
+* :class:`PolicyClient`: RLlib's old ``PolicyClient`` calls, on the new stack;
+* below them, for protocol-level work: :class:`RLinkClient`, the episode
+  builders, the client policies, the error classes and :class:`ErrorCode`.
+
 Imports :mod:`rlinks_rllib.protocol` only; works without Ray.
 """
 
+from ..protocol.episode_builder import EpisodeBuilder, VectorEpisodeBuilder
+from ..protocol.errors import ErrorCode
+from ..protocol.multi_agent_builder import MultiAgentEpisodeBuilder
+from .action_spaces import BoxSpace, DiscreteSpace
 from .address import Address, parse_address
-from .connection import ActionsReply, ClientStats, RLinkClient, WeightsUpdate
+from .connection import DEFAULT_EXTENSIONS, ActionsReply, ClientStats, RLinkClient, WeightsUpdate
 from .directory import ask_directory
 from .errors import (
     AuthenticationFailed,
@@ -19,12 +31,34 @@ from .errors import (
     ServerTimeout,
     TLSFailed,
     TLSNotAvailable,
+    TrainingEnded,
 )
+from .env_client import EnvClient, EnvClientStats
+from .mlp import UnsupportedModelError
+from .onnx_policy import OnnxPolicy
+from .policy import NumpyPolicy
+from .policy_choice import policy_for
+from .policy_client import PolicyClient
 
 __all__ = [
     "ActionsReply",
     "Address",
     "AuthenticationFailed",
+    "BoxSpace",
+    "DEFAULT_EXTENSIONS",
+    "DiscreteSpace",
+    "EnvClient",
+    "EnvClientStats",
+    "EpisodeBuilder",
+    "ErrorCode",
+    "MultiAgentEpisodeBuilder",
+    "NumpyPolicy",
+    "OnnxPolicy",
+    "PolicyClient",
+    "TrainingEnded",
+    "UnsupportedModelError",
+    "VectorEpisodeBuilder",
+    "policy_for",
     "ClientClosed",
     "ClientError",
     "ClientStats",

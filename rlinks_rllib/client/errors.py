@@ -24,6 +24,7 @@ __all__ = [
     "ConnectionLost",
     "ServerTimeout",
     "ServerError",
+    "TrainingEnded",
     "NotAgreed",
     "ProtocolViolation",
     "PickledConfigRefused",
@@ -70,6 +71,14 @@ class ServerError(ClientError):
         super().__init__(f"server error [{code}]: {message}")
         self.code = code
         self.message = message
+
+
+class TrainingEnded(ServerError):
+    """The learner ended the run (``ERROR shutting_down``): the normal end of training.
+
+    :class:`~rlinks_rllib.client.EnvClient` raises it from the call that
+    learned it; leaving its ``with`` block on it is quiet.
+    """
 
 
 class AuthenticationFailed(ServerError):

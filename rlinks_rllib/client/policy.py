@@ -25,7 +25,7 @@ import numpy as np
 
 from .action_spaces import ActionSpace, BoxSpace, DiscreteSpace, as_action_space
 from .mlp import UnsupportedModelError, read_network
-from .sampling import PolicyOutput, action_for_env, sample_actions
+from .sampling import PolicyOutput, action_for_env, action_from_env, log_prob, sample_actions
 
 __all__ = [
     "UnsupportedModelError",
@@ -85,6 +85,25 @@ class Policy(abc.ABC):
         action, logp = sample_actions(self.action_space, logits, explore=explore, rng=rng)
         for_env = action_for_env(self.action_space, action, normalize=self._normalize, clip=self._clip)
         return PolicyOutput(action, logp, logits, for_env, state_out)
+
+    def outputs_for(self, obs: Any, taken: Any, state: Any = None) -> PolicyOutput:
+        """The output for actions the simulator chose itself (a person, a script), as RLlib records them.
+
+        *taken* is a batch of actions as the env takes them; they come back
+        in the form RLlib trains on, with the policy's log-probability of
+        them and its ``action_dist_inputs`` for *obs* (a recurrent policy's
+        ``state_out`` too).
+
+        Raises:
+            ValueError: as :meth:`compute_actions`, or an action out of the space.
+        """
+        if state is None:
+            logits, state_out = self.action_dist_inputs(obs), None
+        else:
+            logits, state_out = self._run(obs, state)
+        action = action_from_env(self.action_space, taken, normalize=self._normalize)
+        for_env = action_for_env(self.action_space, action, normalize=self._normalize, clip=self._clip)
+        return PolicyOutput(action, log_prob(self.action_space, logits, action), logits, for_env, state_out)
 
     @abc.abstractmethod
     def _observation_shape(self) -> tuple[int, ...] | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .action_spaces import ActionSpace, BoxSpace, DiscreteSpace
 
-__all__ = ["PolicyOutput", "sample_actions", "action_for_env"]
+__all__ = ["PolicyOutput", "sample_actions", "log_prob", "action_for_env", "action_from_env"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +93,18 @@ def sample_actions(
     return action, logp
 
 
+def log_prob(space: ActionSpace, logits: np.ndarray, action: np.ndarray) -> np.ndarray:
+    """float32 log-probabilities of given actions (in the form RLlib trains on) under *logits*, one per row."""
+    if isinstance(space, DiscreteSpace):
+        z = logits.astype(np.float64)
+        z = z - z.max(axis=-1, keepdims=True)
+        log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        index = np.asarray(action, np.int64).reshape(-1, 1)
+        return np.take_along_axis(log_probs, index, axis=-1)[:, 0].astype(np.float32)
+    mean, log_std = np.split(logits, 2, axis=-1)
+    return _gaussian_logp(mean, log_std, np.asarray(action, np.float32).reshape(mean.shape))
+
+
 def _gaussian_logp(mean: np.ndarray, log_std: np.ndarray, action: np.ndarray) -> np.ndarray:
     mean, log_std, action = (a.astype(np.float64) for a in (mean, log_std, action))
     z = (action - mean) / np.exp(log_std)
@@ -120,3 +132,27 @@ def action_for_env(
     if clip:
         return np.clip(action, space.low, space.high).astype(np.float32)
     return action
+
+
+def action_from_env(space: ActionSpace | None, action: np.ndarray, *, normalize: bool) -> np.ndarray:
+    """A batch of actions as the env took them, back in the form RLlib trains on (:func:`action_for_env` undone).
+
+    A ``Discrete`` action becomes int64; a ``Box`` action is flattened and,
+    with *normalize* and finite bounds, squashed back into ``[-1, 1]``.
+    Clipping can't be undone: a clipped action is recorded as clipped.
+
+    Raises:
+        ValueError: a Discrete action outside ``0..n-1``, or a Box action of another size.
+    """
+    action = np.asarray(action)
+    if isinstance(space, DiscreteSpace):
+        action = action.astype(np.int64).reshape(-1)
+        if np.any((action < 0) | (action >= space.n)):
+            raise ValueError(f"actions must be in 0..{space.n - 1}, got {action[:8].tolist()}")
+        return action
+    if not isinstance(space, BoxSpace):
+        return action
+    action = action.astype(np.float32).reshape((-1, *space.shape))
+    if normalize and np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
+        action = 2.0 * (action - space.low) / (space.high - space.low) - 1.0
+    return action.reshape(action.shape[0], -1).astype(np.float32)

@@ -133,6 +133,11 @@ class MultiAgentEpisodeBuilder:
         return self._finished_agent_steps + (self._episode.steps_since_cut if self._episode else 0)
 
     @property
+    def episode_id(self) -> Optional[str]:
+        """Id of the running episode, or ``None`` between episodes."""
+        return self._episode.id_ if self._episode is not None else None
+
+    @property
     def acting_agents(self) -> list[str]:
         """The agents that got an observation on the last tick and must act on the next."""
         episode = self._episode
@@ -223,6 +228,11 @@ class MultiAgentEpisodeBuilder:
         episode.last_step_time = now
         if all_done:
             self._end(terminated=bool(terminateds.get(ALL)), truncated=bool(truncateds.get(ALL)))
+
+    def truncate(self) -> None:
+        """End the running episode where it stands, as truncated (its agents' data still trains); no-op between episodes."""
+        if self._episode is not None:
+            self._end(terminated=False, truncated=True)
 
     def take_chunks(self) -> list[dict]:
         """Return every multi-agent chunk collected since the last call.

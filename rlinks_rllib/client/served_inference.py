@@ -1,0 +1,144 @@
+"""Served actions for :class:`~.env_client.EnvClient`: the runner runs the policy and records the episodes.
+
+Each :meth:`ServedInference.act` is one ``ACT``/``ACTIONS`` round trip
+(PROTOCOL.md 10.5). Its rows are built from the calls the loop made since
+the last one: an env whose outcome was reported sends its reward with its
+new observation; an env whose episode ended sends an ending row (its final
+observation, ``terminated``/``truncated``) and, when it acts again, a start
+row in the same ``ACT``; an env with no episode sends a start row. Closing
+sends one last ``ACT`` that ends every episode where it stands (truncated),
+so the runner need not wait ``served_report_timeout_s`` to drop their last
+steps. Reconnects are handled by :meth:`RLinkClient.act` (an interrupted
+episode continues as a new one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .local_inference import stack_rows
+from .shared_client import SharedClient
+
+__all__ = ["ServedInference"]
+
+
+@dataclass
+class _Rows:
+    """Columns of the next ``ACT``."""
+
+    env: list[int] = field(default_factory=list)
+    obs: list[Any] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+    start: list[bool] = field(default_factory=list)
+    terminated: list[bool] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+
+    def add(self, env: int, obs: Any, reward: float = 0.0, *, start: bool = False,
+            terminated: bool = False, truncated: bool = False) -> None:
+        self.env.append(env)
+        self.obs.append(obs)
+        self.reward.append(float(reward))
+        self.start.append(start)
+        self.terminated.append(bool(terminated))
+        self.truncated.append(bool(truncated))
+
+    def columns(self) -> tuple:
+        structured = isinstance(self.obs[0], (Mapping, tuple))
+        obs = self.obs if structured else stack_rows(self.obs)
+        return (self.env, obs, np.asarray(self.reward, np.float64), np.asarray(self.start, bool),
+                np.asarray(self.terminated, bool), np.asarray(self.truncated, bool))
+
+
+class ServedInference:
+    """The rows and round trips of served actions over one connection.
+
+    Args:
+        client: the shared connection (its runner agreed to ``served_actions``).
+    """
+
+    on_policy = False  # pacing is the runner's: an ACT waits when exactness demands it
+    stateful = False
+
+    def __init__(self, client: SharedClient) -> None:
+        self._client = client
+        self._open: set[int] = set()
+        #: Envs that acted and have not reported the outcome yet.
+        self._acting: set[int] = set()
+        #: Reported outcomes not sent yet: env -> (reward, obs).
+        self._outcome: dict[int, tuple[float, Any]] = {}
+        #: Ending rows not sent yet.
+        self._endings = _Rows()
+        self.weights_seq_no = 0
+
+    def is_open(self, env: int) -> bool:
+        return env in self._open
+
+    def awaiting_report(self, env: int) -> bool:
+        return env in self._acting
+
+    def start(self, env: int, obs: Any, train: bool = True) -> None:
+        """Begin an episode at ``obs``: the next :meth:`act` sends its start row (a running one is cut).
+
+        Raises:
+            ValueError: ``train=False``: the runner records every served episode.
+        """
+        if not train:
+            raise ValueError("an episode that is not trained on needs inference='local': "
+                             "the runner records every episode it serves")
+        self.end(env)
+        self._open.add(env)
+        self._outcome.pop(env, None)
+
+    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> list[Any]:
+        """One ``ACT`` with the rows of ``envs`` (plus the endings reported since the last one).
+
+        Raises:
+            ValueError: ``taken`` (actions the simulator chose): the runner records only its own.
+            TrainingEnded, NotAgreed, ServerTimeout, ConnectionLost, ...: from :meth:`RLinkClient.act`.
+        """
+        if taken is not None:
+            raise ValueError("log_action() needs inference='local': a runner that serves actions "
+                             "records only the actions it chose")
+        call, self._endings = self._endings, _Rows()
+        for env, obs in zip(envs, rows):
+            outcome = self._outcome.pop(env, None)
+            if outcome is None:
+                call.add(env, obs, start=True)
+            else:
+                call.add(env, obs, outcome[0])
+        reply = self._client.call(self._client.raw.act, *call.columns())
+        self.weights_seq_no = reply.weights_seq_no
+        by_env = dict(zip(reply.env, reply.actions))
+        self._acting.update(envs)
+        return [by_env[env] for env in envs]
+
+    def report(self, env: int, reward: Any, obs: Any, terminated: Any, truncated: Any) -> bool:
+        """Keep the outcome of ``env``'s last action for the next ``ACT``; return whether its episode ended."""
+        self._acting.discard(env)
+        if terminated or truncated:
+            self._endings.add(env, obs, reward, terminated=bool(terminated), truncated=bool(truncated))
+            self._open.discard(env)
+            return True
+        self._outcome[env] = (float(reward), obs)
+        return False
+
+    def end(self, env: int) -> None:
+        """Cut ``env``'s episode where it stands (truncated, at its last reported observation)."""
+        outcome = self._outcome.pop(env, None)
+        if outcome is not None:
+            self._endings.add(env, outcome[1], outcome[0], truncated=True)
+        # An env that acted and never reported: the runner drops that step after served_report_timeout_s.
+        self._acting.discard(env)
+        self._open.discard(env)
+
+    def close(self) -> None:
+        """Send one last ``ACT`` that ends every episode with a reported outcome."""
+        for env in list(self._outcome):
+            self.end(env)
+        if self._endings.env:
+            call, self._endings = self._endings, _Rows()
+            self._client.call(self._client.raw.act, *call.columns())

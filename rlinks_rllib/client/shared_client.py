@@ -1,0 +1,55 @@
+"""One RLinkClient used by a simulator's loop and its background sender, one call at a time.
+
+:class:`~.connection.RLinkClient` is not thread-safe; :class:`SharedClient`
+serialises its calls with a lock, so the loop (asking for weights, for a new
+agent's module, for actions) and a sender thread (delivering batches) can
+share one connection. It also turns the learner's ``shutting_down`` into
+:class:`~.errors.TrainingEnded`, the one exception a simulator's loop is
+expected to end on.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, TypeVar
+
+from ..protocol.errors import ErrorCode
+from .connection import RLinkClient
+from .errors import ServerError, TrainingEnded
+
+__all__ = ["SharedClient"]
+
+T = TypeVar("T")
+
+
+class SharedClient:
+    """An :class:`RLinkClient` behind a lock.
+
+    Args:
+        client: the connection; :meth:`close` closes it.
+    """
+
+    def __init__(self, client: RLinkClient) -> None:
+        self.raw = client
+        self._lock = threading.Lock()
+
+    def call(self, method: Callable[..., T], *args: Any) -> T:
+        """``method(*args)`` (an RLinkClient method) under the lock.
+
+        Raises:
+            TrainingEnded: the learner said ``shutting_down``.
+            Whatever ``method`` raises otherwise.
+        """
+        with self._lock:
+            try:
+                return method(*args)
+            except TrainingEnded:
+                raise
+            except ServerError as exc:
+                if exc.code == ErrorCode.SHUTTING_DOWN:
+                    raise TrainingEnded(exc.code, exc.message) from None
+                raise
+
+    def close(self) -> None:
+        """Close the connection; safe from any thread (a call blocked on it ends)."""
+        self.raw.close()
