@@ -18,12 +18,20 @@ modules with their spaces, the agent mapping table, which modules train
 (see :func:`_multi_agent`, and ``configs/ppo_multi_agent.yaml``).
 
 Every mistake is reported with the file, line and key that caused it, as
-:class:`ConfigFileError`, so ``rlinks learner`` can print one clear line.
+:class:`ConfigFileError`, so ``rlinks learner`` can print one clear line. An
+unknown key is refused when the file is loaded, with the closest known one
+("did you mean"): a top-level section, a key of ``rlinks`` (the fields of
+:class:`~rlinks_rllib.server.settings.RLinkSettings`), of ``spaces``,
+``stop``, ``multi_agent`` and ``model``, and a key of a section that goes to an
+``AlgorithmConfig`` method (:data:`RLLIB_SECTIONS`), checked against that
+method's parameters. ``docs/CONFIG.md`` is the reference of every key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,13 @@ __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_confi
 
 SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "reporting", "fault_tolerance",
             "rlinks", "stop", "description", "multi_agent")
+#: Sections passed whole to the ``AlgorithmConfig`` method of the same name.
+RLLIB_SECTIONS = ("training", "env_runners", "learners", "reporting", "fault_tolerance")
+#: Keys of the sections rlinks reads itself (``rlinks``: the fields of ``RLinkSettings``).
+SPACES_KEYS = ("from_env", "observation", "action")
+STOP_KEYS = ("reward", "iters")
+MULTI_AGENT_KEYS = ("modules", "agent_mapping", "trained", "count_steps_by")
+BOX_KEYS = ("low", "high", "shape", "dtype")
 
 
 class ConfigFileError(RLinksError, ValueError):
@@ -71,14 +86,42 @@ class LearnerSpec:
         return self.path
 
 
-def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict:
+def _unknown_key(where: str, key: Any, known: Any, what: str,
+                 listed: str = "docs/CONFIG.md lists them") -> ConfigFileError:
+    """The error for a key not among ``known``: *where* and *what* it is, and the closest known key.
+
+    *what* says what was unknown (``unknown key 'x' in 'rlinks'``); the
+    message adds ``did you mean`` when a known key is close, else the known
+    keys when they are few, else *listed* (where to find them).
+    """
+    known = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(str(key), known, n=1)
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    elif len(known) <= 12:
+        hint = f"; expected one of {', '.join(known)}"
+    else:
+        hint = f" ({listed})"
+    return ConfigFileError(f"{where}: {what}{hint}")
+
+
+def _key_lines(node: yaml.Node, path: str, prefix: tuple = ()) -> dict:
+    """The line of every key of a section and of the sections; a key given twice is refused.
+
+    Raises:
+        ConfigFileError: a key appears twice in one mapping (YAML would keep the last silently).
+    """
     lines: dict[tuple, int] = {}
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = prefix + (str(key_node.value),)
-            lines[key] = key_node.start_mark.line + 1
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise ConfigFileError(f"{path}:{line}: {'.'.join(key)!r} is given twice (first on line "
+                                      f"{lines[key]}); YAML would keep only the last")
+            lines[key] = line
             if len(key) < 2:
-                lines.update(_key_lines(value_node, key))
+                lines.update(_key_lines(value_node, path, key))
     return lines
 
 
@@ -86,8 +129,10 @@ def load_spec(path: str | Path) -> LearnerSpec:
     """Read and check a config file.
 
     Raises:
-        ConfigFileError: the file is missing, isn't valid YAML, or has unknown
-            sections or values of the wrong kind; the message names the line.
+        ConfigFileError: the file is missing, isn't valid YAML, gives a key
+            twice, has an unknown section, key or algorithm, or values of
+            the wrong kind; the message names the line (and, for an unknown
+            name, the closest known one).
     """
     path = str(path)
     try:
@@ -105,11 +150,11 @@ def load_spec(path: str | Path) -> LearnerSpec:
         raise ConfigFileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigFileError(f"{path}: the file must be a mapping of sections ({', '.join(SECTIONS)})")
-    lines = _key_lines(node) if node is not None else {}
+    lines = _key_lines(node, path) if node is not None else {}
     for key, value in data.items():
         where = f"{path}:{lines.get((str(key),), '?')}"
         if key not in SECTIONS:
-            raise ConfigFileError(f"{where}: unknown section {key!r}; expected one of {', '.join(SECTIONS)}")
+            raise _unknown_key(where, key, SECTIONS, f"unknown section {key!r}")
         if key in ("algorithm", "description"):
             if not isinstance(value, str):
                 raise ConfigFileError(f"{where}: {key!r} must be a string")
@@ -120,7 +165,83 @@ def load_spec(path: str | Path) -> LearnerSpec:
     if "spaces" not in data and "multi_agent" not in data:
         raise ConfigFileError(f"{path}: missing 'spaces' (from_env: CartPole-v1, or observation/action)")
     data.setdefault("spaces", {})
-    return LearnerSpec(path=path, lines=lines, **{k: v for k, v in data.items()})
+    spec = LearnerSpec(path=path, lines=lines, **{k: v for k, v in data.items()})
+    _check_keys(spec)
+    return spec
+
+
+def _check_keys(spec: LearnerSpec) -> None:
+    """Refuse the first unknown key, in the order of the file, naming its line and the closest known key.
+
+    Raises:
+        ConfigFileError: an unknown key, an unknown algorithm (RLlib's
+            sections are checked against that algorithm's config class), or
+            a ``stop`` value that is not a number.
+    """
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    from ..server.settings import RLinkSettings
+
+    known = {
+        "rlinks": [f.name for f in dataclasses.fields(RLinkSettings)],
+        "spaces": SPACES_KEYS,
+        "stop": STOP_KEYS,
+        "multi_agent": MULTI_AGENT_KEYS,
+        "model": [f.name for f in dataclasses.fields(DefaultModelConfig)],
+    }
+    config = _default_config(spec)
+    for section in sorted(known.keys() | set(RLLIB_SECTIONS), key=lambda s: spec.lines.get((s,), 0)):
+        keys, listed = known.get(section), "docs/CONFIG.md lists them"
+        if keys is None:
+            keys, listed = _rllib_parameters(config, section), f"not a parameter of {type(config).__name__}.{section}()"
+            if keys is None:
+                continue  # the method takes **kwargs it does not pass to RLlib's base class: can't tell
+        for key in getattr(spec, section):
+            if key not in keys:
+                raise _unknown_key(spec.where(section, str(key)), key, keys,
+                                   f"unknown key {key!r} in {section!r}", listed)
+    iters, reward = spec.stop.get("iters", 1), spec.stop.get("reward")
+    if type(iters) is not int or iters < 1:
+        raise ConfigFileError(f"{spec.where('stop', 'iters')}: stop.iters must be a whole number above 0, "
+                              f"got {iters!r}")
+    if reward is not None and type(reward) not in (int, float):
+        raise ConfigFileError(f"{spec.where('stop', 'reward')}: stop.reward must be a number, got {reward!r}")
+
+
+def _rllib_parameters(config: Any, method: str) -> set[str] | None:
+    """The keyword parameters ``config.<method>(...)`` takes; ``None``: any (it ends in ``**kwargs``).
+
+    An algorithm's config class adds its own parameters and hands
+    ``**kwargs`` on to its base class's method (``PPOConfig.training`` to
+    ``AlgorithmConfig.training``), so the parameters of every class up the
+    MRO count until a method that takes no ``**kwargs``.
+    """
+    names: set[str] = set()
+    for cls in type(config).__mro__:
+        function = cls.__dict__.get(method)
+        if function is None:
+            continue
+        parameters = list(inspect.signature(function).parameters.values())[1:]  # self
+        names.update(p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return names
+    return None
+
+
+def _default_config(spec: LearnerSpec) -> Any:
+    """The algorithm's default ``AlgorithmConfig``.
+
+    Raises:
+        ConfigFileError: no algorithm of that name is registered with Ray Tune.
+    """
+    from ray.rllib.algorithms.registry import ALGORITHMS
+    from ray.tune.registry import get_trainable_cls
+
+    try:
+        return get_trainable_cls(spec.algorithm).get_default_config()
+    except Exception as exc:  # noqa: BLE001 - Tune raises several kinds; all mean "no such algorithm"
+        raise _unknown_key(spec.where("algorithm"), spec.algorithm, ALGORITHMS,
+                          f"unknown algorithm {spec.algorithm!r} ({exc})") from exc
 
 
 def parse_space(desc: Any, where: str, name: str = "space", path: tuple = ()) -> Any:
@@ -169,6 +290,9 @@ def parse_space(desc: Any, where: str, name: str = "space", path: tuple = ()) ->
         if kind == "multi_binary":
             return gym.spaces.MultiBinary(list(value) if isinstance(value, list) else int(value))
         if kind == "box":
+            for key in value if isinstance(value, dict) else ():
+                if key not in BOX_KEYS:
+                    raise _unknown_key(at, key, BOX_KEYS, f"unknown key {key!r} in 'box'")
             dtype = np.dtype(value.get("dtype", "float32"))
             if dtype.kind not in "biuf":
                 raise ValueError(f"dtype {dtype} is not a plain bool, int or float")
@@ -214,13 +338,15 @@ def resolve_spaces(spec: LearnerSpec) -> tuple[Any, Any]:
 
 
 def _apply(spec: LearnerSpec, section: str, method: Any, values: dict) -> None:
-    """Call ``config.<section>(**values)``, turning RLlib's complaints into file lines."""
+    """Call ``config.<section>(**values)``, turning RLlib's complaints into file lines.
+
+    The keys were checked when the file was loaded (:func:`_check_keys`);
+    what RLlib refuses here is a value.
+    """
     for key, value in values.items():
         try:
             method(**{key: value})
-        except TypeError as exc:
-            raise ConfigFileError(f"{spec.where(section, key)}: {section}: unknown setting {key!r}") from exc
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             raise ConfigFileError(f"{spec.where(section, key)}: {section}.{key}: {exc}") from exc
 
 
@@ -230,10 +356,10 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     ``overrides`` holds command-line values by section, applied on top.
 
     Raises:
-        ConfigFileError: an unknown algorithm or setting, or a value RLlib refuses.
+        ConfigFileError: an unknown algorithm, a malformed space, or a value
+            RLlib refuses (unknown keys were refused by :func:`load_spec`).
     """
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-    from ray.tune.registry import get_trainable_cls
 
     from ..server.env_runner import RLinkEnvRunner
     from ..server.receipts import RLinkReceipts
@@ -241,10 +367,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     from ..server.shares import RLinkShares
 
     overrides = overrides or {}
-    try:
-        config = get_trainable_cls(spec.algorithm).get_default_config()
-    except Exception as exc:  # noqa: BLE001 - Tune raises several kinds; all mean "no such algorithm"
-        raise ConfigFileError(f"{spec.where('algorithm')}: unknown algorithm {spec.algorithm!r}: {exc}") from exc
+    config = _default_config(spec)
     observation_space, action_space = resolve_spaces(spec) if spec.spaces or not spec.multi_agent else (None, None)
     rlinks = {**spec.rlinks, **overrides.get("rlinks", {})}
     try:
@@ -264,10 +387,6 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     _apply(spec, "reporting", config.reporting, spec.reporting)
     _apply(spec, "fault_tolerance", config.fault_tolerance, spec.fault_tolerance)
     if spec.model:
-        fields = {f.name for f in dataclasses.fields(DefaultModelConfig)}
-        unknown = sorted(set(spec.model) - fields)
-        if unknown:
-            raise ConfigFileError(f"{spec.where('model', unknown[0])}: model: unknown setting {unknown[0]!r}")
         config.rl_module(model_config=DefaultModelConfig(**spec.model))
     _encode_nested_observations(spec, config, observation_space)
     return config
@@ -320,9 +439,6 @@ def _multi_agent(spec: LearnerSpec, config: Any) -> None:
     from ..protocol.errors import InvalidMessage
 
     section = spec.multi_agent
-    unknown = sorted(set(section) - {"modules", "agent_mapping", "trained", "count_steps_by"})
-    if unknown:
-        raise ConfigFileError(f"{spec.where('multi_agent', unknown[0])}: multi_agent: unknown setting {unknown[0]!r}")
     modules = section.get("modules")
     if not isinstance(modules, dict) or not modules:
         raise ConfigFileError(f"{spec.where('multi_agent', 'modules')}: multi_agent needs 'modules': "
