@@ -58,7 +58,7 @@ from ..protocol.multi_agent import read_multi_agent_config
 from ..protocol.multi_agent_builder import ALL
 from .address import Address, AddressLike
 from .connection import DEFAULT_EXTENSIONS, ClientStats, RLinkClient
-from .errors import ClientClosed, ConnectionLost, NotAgreed, PickledConfigRefused, TrainingEnded
+from .errors import ClientClosed, ConnectFailed, ConnectionLost, NotAgreed, PickledConfigRefused, TrainingEnded
 from .local_inference import LocalInference
 from .mlp import UnsupportedModelError
 from .served_inference import ServedInference
@@ -200,6 +200,11 @@ class EnvClient:
         return not (self._ended or self._closed or self._stopping.is_set())
 
     @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping.is_set()
+
+    @property
     def address(self) -> Address:
         """The runner connected to (a directory sends each connection to a live runner)."""
         return self._client.raw.address
@@ -214,12 +219,13 @@ class EnvClient:
     # -- lifecycle ----------------------------------------------------------------------
 
     def __enter__(self) -> "EnvClient":
-        return self.connect()
+        """The client, not connected yet: the first call connects, inside the block (so a stop while
+        connecting ends it quietly too)."""
+        return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         """Close; swallow the exceptions that are a normal end (the learner ended, :meth:`stop`)."""
-        quiet = isinstance(exc, TrainingEnded) or (
-            isinstance(exc, (ClientClosed, ConnectionLost)) and self._stopping.is_set())
+        quiet = isinstance(exc, TrainingEnded) or (isinstance(exc, ClientClosed) and self._stopping.is_set())
         if quiet:
             self._log.info("%s", "the learner ended the run" if isinstance(exc, TrainingEnded) else "stopped")
         self.close(flush=exc_type is None)
@@ -350,6 +356,7 @@ class EnvClient:
                 self._finish_episode(e)
             else:
                 self._last_obs[e] = o
+        self._call(engine.after_report)
 
     def start_episode(self, obs: Any, env: Any = None, *, train: bool = True) -> None:
         """Start a new episode at ``obs`` (a running one ends as truncated); optional before :meth:`act`.
@@ -439,7 +446,7 @@ class EnvClient:
         except TrainingEnded:
             self._ended = True
             raise
-        except ConnectionLost:
+        except (ConnectionLost, ConnectFailed):
             if self._stopping.is_set():
                 raise ClientClosed("stopped") from None
             raise

@@ -180,9 +180,20 @@ class LocalInference:
             recorder.step(out.action, reward, obs, bool(terminated), bool(truncated), extra)
             self._unsent += 1
             ended = bool(terminated) or bool(truncated)
-        if self._sender is not None and self._unsent >= self.fragment:
-            self._send_off_policy()
         return ended
+
+    def after_report(self) -> None:
+        """Send what a report call completed: on-policy the runner's share (and wait for the
+        weights trained on it), off-policy a fragment (handed to the sender).
+
+        Raises:
+            TrainingEnded, ConnectionLost, ServerTimeout, ...: from the network calls.
+        """
+        if self._sender is not None:
+            if self._unsent >= self.fragment:
+                self._sender.send(self._take_chunks())
+        elif self._unsent >= self._want:
+            self._exchange()
 
     def end(self, env: int) -> None:
         """Cut ``env``'s running episode where it stands (truncated); its data still trains."""
@@ -209,22 +220,21 @@ class LocalInference:
     # -- pacing ---------------------------------------------------------------------------
 
     def _pace(self) -> None:
+        """Before acting: off-policy, take the newest weights; on-policy, wait for the next ones while
+        the runner wants nothing (its share is in)."""
         if self._sender is not None:
             self._sender.check()
             update = self._sender.newest_weights()
             if update is not None:
                 self._take_weights(update)
-            return
-        if self._unsent >= self._want:
-            chunks = self._take_chunks()
-            update = self._client.call(self._client.raw.send_episodes_and_get_state, chunks)
-            self._take_weights(update)
-            self._want = self._wanted(update)
+        elif self._unsent >= self._want:
+            self._exchange()
 
-    def _send_off_policy(self) -> None:
-        chunks = self._take_chunks()
-        if chunks:
-            self._sender.send(chunks)
+    def _exchange(self) -> None:
+        """Send the share (possibly empty) and take the weights trained on it."""
+        update = self._client.call(self._client.raw.send_episodes_and_get_state, self._take_chunks())
+        self._take_weights(update)
+        self._want = self._wanted(update)
 
     def _take_chunks(self) -> list:
         chunks = [chunk for recorder in self._recorders.values() for chunk in recorder.take_chunks()]

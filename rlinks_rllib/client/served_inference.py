@@ -126,6 +126,9 @@ class ServedInference:
         self._outcome[env] = (float(reward), obs)
         return False
 
+    def after_report(self) -> None:
+        """Nothing: outcomes go with the next ``ACT``."""
+
     def end(self, env: int) -> None:
         """Cut ``env``'s episode where it stands (truncated, at its last reported observation)."""
         outcome = self._outcome.pop(env, None)
