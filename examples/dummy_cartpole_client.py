@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> dict:
     envs = [make_env(args.env, None if args.seed is None else args.seed + i) for i in range(args.envs)]
     client = EnvClient(args.address, num_envs=args.envs, inference="served" if args.served_actions else "auto",
                        on_policy=False if args.off_policy else None, seed=args.seed, reliable=args.reliable,
-                       timeout=args.timeout, retry_attempts=args.retry_attempts, secret_file=args.secret_file, ca_file=args.ca_file,
-                       cert_file=args.cert_file, key_file=args.key_file, action_space=envs[0].action_space,
+                       timeout=args.timeout, retry_attempts=args.retry_attempts, secret_file=args.secret_file,
+                       ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file,
+                       action_space=envs[0].action_space,
                        rollout_fragment_length=args.fragment_steps)
     signal.signal(signal.SIGTERM, lambda *_: client.stop())
     progress = Progress(client, args.report_every) if args.report_every else None
