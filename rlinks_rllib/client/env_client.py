@@ -374,6 +374,7 @@ class EnvClient:
                 self._finish_episode(e)
             engine.start(e, row, train)
             self._episode_return[e] = 0.0
+            self._last_obs[e] = row
 
     def end_episode(self, env: Any = None) -> None:
         """End the running episode where it stands (truncated), e.g. when the game is abandoned."""
