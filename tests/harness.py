@@ -141,8 +141,11 @@ class CliRun:
 
 
 def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list[str],
-                      timeout_s: float = 600) -> CliRun:
+                      timeout_s: float = 600, more_clients: list[list[str]] = ()) -> CliRun:
     """``rlinks learner ARGS`` on free ports, then ``rlinks client --address <its directory> ARGS``.
+
+    Each of ``more_clients`` starts one more ``rlinks client`` group with those arguments;
+    :attr:`CliRun.client_out` holds what every group printed.
 
     Waits until the learner exits (its stop rule) or *timeout_s* passes
     (an assertion); clients that fail end the wait at once. The learner gets
@@ -161,22 +164,24 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
             assert time.monotonic() < deadline, "the learner never listened"
             time.sleep(0.5)
         directory = json.loads((output / "directory.json").read_text())
-        clients = subprocess.Popen(
-            [*RLINKS, "client", "--address", f"{directory['host']}:{directory['port']}", *client_args],
+        clients = [subprocess.Popen(
+            [*RLINKS, "client", "--address", f"{directory['host']}:{directory['port']}", *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
+        ) for args in [client_args, *more_clients]]
         deadline = time.monotonic() + timeout_s
         while learner.poll() is None:
             # Clients that fail (a bad flag, a refusal) would leave the learner waiting for steps; once
             # the learner has stopped they exit 0 (shutting_down) before it has.
-            assert clients.poll() in (None, 0), clients.communicate(timeout=10)[0]
+            for group in clients:
+                assert group.poll() in (None, 0), group.communicate(timeout=10)[0]
             assert time.monotonic() < deadline, f"the learner did not stop within {timeout_s:.0f} s"
             time.sleep(1)
-        client_out, _ = clients.communicate(timeout=60)
+        client_out = "".join(group.communicate(timeout=60)[0] for group in clients)
     finally:
-        if clients is not None and clients.poll() is None:
-            clients.kill()
-            clients.wait(timeout=10)
+        for group in clients or []:
+            if group.poll() is None:
+                group.kill()
+                group.wait(timeout=10)
         if learner.poll() is None:
             learner.send_signal(signal.SIGINT)
             try:
