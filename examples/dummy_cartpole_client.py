@@ -34,12 +34,12 @@ class CartPole:
     action_space = DiscreteSpace(2)
 
     def __init__(self, seed: int | None = None) -> None:
-        self.rng, self.state, self.steps = np.random.default_rng(seed), np.zeros(4), 0
+        self.rng, self.state, self.steps = np.random.default_rng(seed), (0.0, 0.0, 0.0, 0.0), 0
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
         self.rng = self.rng if seed is None else np.random.default_rng(seed)
-        self.state, self.steps = self.rng.uniform(-0.05, 0.05, 4), 0
-        return self.state.astype(np.float32), {}
+        self.state, self.steps = tuple(float(v) for v in self.rng.uniform(-0.05, 0.05, 4)), 0
+        return np.array(self.state, np.float32), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         x, x_dot, theta, theta_dot = self.state  # Euler steps of 20 ms, as gymnasium's CartPole-v1
@@ -47,11 +47,10 @@ class CartPole:
         temp = (force + 0.05 * theta_dot**2 * sin) / 1.1
         theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos**2 / 1.1))
         x_acc = temp - 0.05 * theta_acc * cos / 1.1
-        self.state = np.array([x + 0.02 * x_dot, x_dot + 0.02 * x_acc, theta + 0.02 * theta_dot,
-                               theta_dot + 0.02 * theta_acc])
+        self.state = (x + 0.02 * x_dot, x_dot + 0.02 * x_acc, theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc)
         self.steps += 1
-        terminated = bool(abs(self.state[0]) > 2.4 or abs(self.state[2]) > 12 * 2 * math.pi / 360)
-        return self.state.astype(np.float32), 1.0, terminated, not terminated and self.steps >= 500, {}
+        terminated = abs(self.state[0]) > 2.4 or abs(self.state[2]) > 12 * 2 * math.pi / 360
+        return np.array(self.state, np.float32), 1.0, terminated, not terminated and self.steps >= 500, {}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,17 +99,17 @@ def run(args: argparse.Namespace) -> dict:
     returns, episode_return, steps = collections.deque(maxlen=20), np.zeros(len(envs)), 0
 
     with client:
-        obs = np.stack([env.reset(seed=None if args.seed is None else args.seed + i)[0] for i, env in enumerate(envs)])
+        obs = [env.reset(seed=None if args.seed is None else args.seed + i)[0] for i, env in enumerate(envs)]
         while steps < args.max_steps:
             actions = client.act(obs)
-            results = [env.step(a) for env, a in zip(envs, actions)]
-            obs, reward, terminated, truncated = (np.stack(column) for column in list(zip(*results))[:4])
+            obs, reward, terminated, truncated, _ = map(list, zip(*(env.step(a) for env, a in zip(envs, actions))))
             client.report(reward, obs, terminated, truncated)
             steps, episode_return = steps + len(envs), episode_return + reward
-            for i in np.flatnonzero(terminated | truncated):  # those episodes ended: start the next ones
-                returns.append(episode_return[i])
-                episode_return[i] = 0.0
-                obs[i] = envs[i].reset()[0]
+            for i, env in enumerate(envs):
+                if terminated[i] or truncated[i]:  # that episode ended: the env's next act starts the next one
+                    returns.append(episode_return[i])
+                    episode_return[i] = 0.0
+                    obs[i] = env.reset()[0]
     if client.stopped:
         logging.info("stopped by SIGTERM while waiting for the learner")
     if progress is not None:

@@ -155,6 +155,7 @@ class EnvClient:
             address, reliable=reliable, timeout=timeout, extensions=client_options.pop("extensions", _EXTENSIONS),
             logger=self._log, **client_options))
         self._num_envs = num_envs
+        self._all_envs = list(range(num_envs or 1))
         self._inference = inference
         self._on_policy = on_policy
         self._explore = explore
@@ -324,9 +325,7 @@ class EnvClient:
                 raise ValueError(f"env {e}: act() must take the observation last given to report() "
                                  "(to start a new episode elsewhere, call start_episode() first)")
         actions = self._call(engine.act, envs, rows, taken)
-        if self._num_envs is None:
-            return actions[0]
-        return actions if self._multi_agent else np.stack(actions)
+        return actions[0] if self._num_envs is None or self._multi_agent else actions
 
     def report(self, reward: Any, obs: Any, terminated: Any = False, truncated: Any = False, env: Any = None) -> None:
         """Report the outcome of the last action: its reward, the next observation, whether the episode ended.
@@ -349,9 +348,9 @@ class EnvClient:
         for e, r, o, term, trunc in zip(envs, rewards, obs_rows, terms, truncs):
             if not engine.awaiting_report(e):
                 raise ValueError(f"env {e} has no action to report on: call act() first")
-            ended = self._call(engine.report, e, r, o, term, trunc)
+            ended = engine.report(e, r, o, term, trunc)
             self._steps += 1
-            self._episode_return[e] += float(sum(r.values())) if isinstance(r, Mapping) else float(r)
+            self._episode_return[e] += float(sum(r.values())) if self._multi_agent else float(r)
             if ended:
                 self._finish_episode(e)
             else:
@@ -379,7 +378,7 @@ class EnvClient:
     def end_episode(self, env: Any = None) -> None:
         """End the running episode where it stands (truncated), e.g. when the game is abandoned."""
         engine = self._ready()
-        envs = [0] if env is None and self._num_envs is None else self._env_ids(env, None)
+        envs = [0] if env is None and self._num_envs is None else self._env_ids(env)
         for e in envs:
             if engine.is_open(e):
                 engine.end(e)
@@ -458,9 +457,11 @@ class EnvClient:
                 raise ValueError("env= is for a client with num_envs set")
             return [0], [obs]
         if self._multi_agent:
-            return [self._env_ids(env if env is not None else 0, None)[0]], [obs]
-        envs = self._env_ids(env, obs)
-        if isinstance(obs, Mapping):  # a Dict observation space: a dict of batches
+            return [self._env_ids(env if env is not None else 0)[0]], [obs]
+        envs = self._all_envs if env is None else self._env_ids(env)
+        if type(obs) is list:
+            rows = obs
+        elif isinstance(obs, Mapping):  # a Dict observation space: a dict of batches
             rows = [{k: _leaf_row(v, i) for k, v in obs.items()} for i in range(len(envs))]
         else:
             rows = list(obs)
@@ -468,9 +469,9 @@ class EnvClient:
             raise ValueError(f"{len(rows)} observation rows for {len(envs)} envs")
         return envs, rows
 
-    def _env_ids(self, env: Any, obs: Any) -> list[int]:
+    def _env_ids(self, env: Any) -> list[int]:
         if env is None:
-            return list(range(self._num_envs))
+            return self._all_envs
         ids = [int(env)] if np.isscalar(env) else [int(e) for e in env]
         bad = [e for e in ids if not 0 <= e < self._num_envs]
         if bad:
@@ -480,9 +481,12 @@ class EnvClient:
     def _column(self, value: Any, k: int) -> list[Any]:
         if self._num_envs is None or self._multi_agent:
             return [value]
-        if np.isscalar(value) or isinstance(value, (bool, np.bool_)):
+        if type(value) is list:
+            column = value
+        elif np.isscalar(value) or isinstance(value, (bool, np.bool_)):
             return [value] * k
-        column = list(value)
+        else:
+            column = list(value)
         if len(column) != k:
             raise ValueError(f"{len(column)} values for {k} envs")
         return column

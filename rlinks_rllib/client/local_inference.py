@@ -115,8 +115,9 @@ class LocalInference:
         if self.stateful:
             self._state[env] = {k: v[0] for k, v in self.policy.initial_state().items()}
 
-    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> list[Any]:
-        """Actions for ``rows`` (one observation per env, each env with a running episode).
+    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> Any:
+        """Actions for ``rows`` (one observation per env, each env with a running episode): an array
+        with one row per env, or a list of ``{agent: action}`` for a multi-agent runner.
 
         With ``taken`` (one action per row, as the env takes it) the simulator
         chose the actions itself: they are recorded with the policy's
@@ -146,7 +147,7 @@ class LocalInference:
             out = self.policy.compute_actions(batch, explore=self._explore)
         for i, env in enumerate(envs):
             self._pending[env] = out.row(i)
-        return list(out.action_for_env)
+        return out.action_for_env
 
     def report(self, env: int, reward: Any, obs: Any, terminated: Any, truncated: Any) -> bool:
         """Record the outcome of ``env``'s last action; return whether its episode ended.
@@ -268,6 +269,8 @@ def _extra(out: PolicyOutput) -> dict:
 def stack_rows(rows: list[Any]) -> Any:
     """Observations of several envs as one batch: arrays stacked, dicts and tuples leaf by leaf."""
     first = rows[0]
+    if len(rows) == 1 and isinstance(first, np.ndarray):
+        return first[None]
     if isinstance(first, Mapping):
         return {key: stack_rows([row[key] for row in rows]) for key in first}
     if isinstance(first, tuple):

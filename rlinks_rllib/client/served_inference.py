@@ -93,7 +93,7 @@ class ServedInference:
         self._open.add(env)
         self._outcome.pop(env, None)
 
-    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> list[Any]:
+    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> np.ndarray:
         """One ``ACT`` with the rows of ``envs`` (plus the endings reported since the last one).
 
         Raises:
@@ -112,9 +112,11 @@ class ServedInference:
                 call.add(env, obs, outcome[0])
         reply = self._client.call(self._client.raw.act, *call.columns())
         self.weights_seq_no = reply.weights_seq_no
-        by_env = dict(zip(reply.env, reply.actions))
         self._acting.update(envs)
-        return [by_env[env] for env in envs]
+        if reply.env == envs:
+            return reply.actions
+        by_env = dict(zip(reply.env, reply.actions))
+        return np.stack([by_env[env] for env in envs])
 
     def report(self, env: int, reward: Any, obs: Any, terminated: Any, truncated: Any) -> bool:
         """Keep the outcome of ``env``'s last action for the next ``ACT``; return whether its episode ended."""
