@@ -56,7 +56,6 @@ class CartPole:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--address", default="127.0.0.1:5555", help="the learner's directory or a runner, HOST:PORT")
-    p.add_argument("--port", type=int, default=None, help="shorthand for --address 127.0.0.1:PORT")
     p.add_argument("--max-steps", type=int, default=100_000, help="stop after this many env steps")
     p.add_argument("--envs", type=int, default=1, help="simulators stepped together")
     p.add_argument("--served-actions", action="store_true", help="the learner computes the actions")
@@ -72,9 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default="CartPole-v1", help="CartPole-v1 (built in) or any gymnasium env id")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--report-every", type=float, default=0.0, metavar="S", help="a 'progress:' line every S seconds")
-    args = p.parse_args(argv)
-    args.address = f"127.0.0.1:{args.port}" if args.port else args.address
-    return args
+    return p.parse_args(argv)
 
 
 def make_env(name: str, seed: int | None):
@@ -92,10 +89,11 @@ def run(args: argparse.Namespace) -> dict:
                        on_policy=False if args.off_policy else None, seed=args.seed, reliable=args.reliable,
                        timeout=args.timeout, retry_attempts=args.retry_attempts, secret_file=args.secret_file,
                        ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file,
-                       action_space=envs[0].action_space,
-                       rollout_fragment_length=args.fragment_steps)
+                       action_space=envs[0].action_space, rollout_fragment_length=args.fragment_steps)
     signal.signal(signal.SIGTERM, lambda *_: client.stop())
-    progress = Progress(client, args.report_every) if args.report_every else None
+    done = threading.Event()
+    if args.report_every:
+        threading.Thread(target=print_progress, args=(client, args.report_every, done), daemon=True).start()
     returns, episode_return, steps = collections.deque(maxlen=20), np.zeros(len(envs)), 0
 
     with client:
@@ -112,8 +110,7 @@ def run(args: argparse.Namespace) -> dict:
                     obs[i] = env.reset()[0]
     if client.stopped:
         logging.info("stopped by SIGTERM while waiting for the learner")
-    if progress is not None:
-        progress.stop()
+    done.set()
     stats = client.stats
     return {"steps": stats.steps, "episodes": stats.episodes,
             "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
@@ -121,25 +118,13 @@ def run(args: argparse.Namespace) -> dict:
             "steps_sent": stats.delivery.steps_sent, "steps_acked": stats.delivery.steps_acked}
 
 
-class Progress(threading.Thread):
-    """A ``progress:`` line every ``every`` seconds (steps sent and confirmed, runner, weights), from its own
-    thread: confirmations also come while the loop waits for the learner."""
-
-    def __init__(self, client: EnvClient, every: float) -> None:
-        super().__init__(daemon=True, name="progress")
-        self.client, self.every, self.stopped = client, every, threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.every):
-            stats, address = self.client.stats, self.client.address
-            print(f"progress: steps_sent={stats.delivery.steps_sent} steps_acked={stats.delivery.steps_acked} "
-                  f"reconnects={stats.delivery.reconnects} runner={address.host}:{address.port} "
-                  f"weights={stats.weights_seq_no}", flush=True)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(self.every + 1)
+def print_progress(client: EnvClient, every: float, done: threading.Event) -> None:
+    """A ``progress:`` line every ``every`` seconds, from a thread: ACKs also come while the loop waits."""
+    while not done.wait(every):
+        stats, address = client.stats, client.address
+        print(f"progress: steps_sent={stats.delivery.steps_sent} steps_acked={stats.delivery.steps_acked} "
+              f"reconnects={stats.delivery.reconnects} runner={address.host}:{address.port} "
+              f"weights={stats.weights_seq_no}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
