@@ -218,3 +218,28 @@ def test_policy_client_keeps_the_old_calls_and_their_meaning(runner):
     [episode] = batches(server)[0]["episodes"]  # the training_enabled=False episode never went
     assert episode[REWARDS]["data"].tolist() == [0.75] * SHARE and episode["is_terminated"]
     assert episode[ACTIONS]["data"][::4].tolist() == [1] * (SHARE // 4)
+
+
+def test_the_loop_in_docs_simulator_md_runs_as_printed_until_the_learner_ends(runner):
+    import re
+    import sys
+
+    from harness import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from dummy_cartpole_client import CartPole
+
+    shares = []
+
+    def two_shares(server, conn, message):
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            shares.append(message["timesteps"])
+            if len(shares) == 2:
+                conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is done"})
+                return ABORT
+        return our_weights(server, conn, message)
+
+    server = runner(on_message=two_shares)
+    loop = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "SIMULATOR.md").read_text(), re.S).group(1)
+    exec(loop.replace('"127.0.0.1:5555"', f"{server.address!r}, reliable=False"), {"env": CartPole(0)})
+    assert shares == [SHARE, SHARE]
