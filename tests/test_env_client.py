@@ -212,10 +212,15 @@ def test_policy_client_keeps_the_old_calls_and_their_meaning(runner):
         client.log_returns(episode_id, 0.25)  # rewards between two actions add up
     client.end_episode(episode_id, obs)
     client.end_episode(eval_id, obs)
+    batch = [client.start_episode(), client.start_episode()]
+    actions = client.get_action(batch, {eid: obs for eid in batch})  # one forward pass for both
+    assert set(actions) == set(batch) and all(a in (0, 1) for a in actions.values())
+    for eid in batch:
+        client.end_episode(eid, obs)
     with pytest.raises(ValueError, match="no running episode 'e1'"):
         client.get_action("e1", obs)
     client.close()
-    [episode] = batches(server)[0]["episodes"]  # the training_enabled=False episode never went
+    [episode] = batches(server)[0]["episodes"][:1]  # the training_enabled=False episode never went
     assert episode[REWARDS]["data"].tolist() == [0.75] * SHARE and episode["is_terminated"]
     assert episode[ACTIONS]["data"][::4].tolist() == [1] * (SHARE // 4)
 

@@ -375,6 +375,12 @@ class EnvClient:
             self._episode_return[e] = 0.0
             self._last_obs[e] = row
 
+    def refresh_weights(self) -> None:
+        """Fetch the learner's newest weights now (local inference; served, the runner always has them)."""
+        engine = self._ready()
+        if isinstance(engine, LocalInference):
+            self._call(engine.refresh_weights)
+
     def end_episode(self, env: Any = None) -> None:
         """End the running episode where it stands (truncated), e.g. when the game is abandoned."""
         engine = self._ready()

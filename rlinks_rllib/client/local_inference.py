@@ -231,6 +231,11 @@ class LocalInference:
         elif self._unsent >= self._want:
             self._exchange()
 
+    def refresh_weights(self) -> None:
+        """Off-policy: fetch and take the newest weights now. On-policy they are the newest already."""
+        if self._sender is not None:
+            self._take_weights(self._client.call(self._client.raw.get_state))
+
     def _exchange(self) -> None:
         """Send the share (possibly empty) and take the weights trained on it."""
         update = self._client.call(self._client.raw.send_episodes_and_get_state, self._take_chunks())

@@ -68,6 +68,7 @@ class PolicyClient:
         inference_mode: ``"local"`` (the policy runs here) or ``"remote"``
             (the runner computes the actions).
         update_interval: off-policy, the least seconds between weight fetches.
+        session: ignored (RLlib's old client took a ``requests.Session``; there is no HTTP here).
         max_episodes: episodes that may run at once.
         **options: passed to :class:`EnvClient` (``secret_file=``, ``timeout=``, ...).
 
@@ -76,7 +77,7 @@ class PolicyClient:
     """
 
     def __init__(self, address: str, inference_mode: str = "local", update_interval: Optional[float] = 10.0,
-                 *, max_episodes: int = 1024, **options: Any) -> None:
+                 session: Any = None, *, max_episodes: int = 1024, **options: Any) -> None:
         if inference_mode not in _MODES:
             raise ValueError(f"inference_mode must be 'local' or 'remote', got {inference_mode!r}")
         self.address = _rlink_address(address)
@@ -104,8 +105,15 @@ class PolicyClient:
         self._episodes[episode_id] = _Episode(self._free.pop(), bool(training_enabled))
         return episode_id
 
-    def get_action(self, episode_id: str, observation: Any) -> Any:
-        """The policy's action for ``observation`` (``{agent: obs}`` -> ``{agent: action}`` multi-agent)."""
+    def get_action(self, episode_id: Any, observation: Any) -> Any:
+        """The policy's action for ``observation`` (``{agent: obs}`` -> ``{agent: action}`` multi-agent).
+
+        ``episode_id`` may be a list of ids, with ``observation`` a dict by
+        episode id: then every episode's action comes from one batched
+        forward pass (one round trip served), as ``{episode_id: action}``.
+        """
+        if isinstance(episode_id, (list, tuple)):
+            return self._get_actions(list(episode_id), observation)
         episode = self._step(episode_id, observation)
         if self._multi_agent:
             return self.env_client.act(observation, env=episode.env)
@@ -147,14 +155,21 @@ class PolicyClient:
         self._free.append(episode.env)
 
     def update_policy_weights(self) -> None:
-        """Nothing to do: weights reach the policy on their own (every update on-policy, every
-        ``update_interval`` off-policy). Kept so old scripts run."""
+        """Fetch the learner's newest weights now (local, off-policy; on-policy they are always the newest)."""
+        self.env_client.refresh_weights()
 
     def close(self) -> None:
         """Deliver what was recorded and close the connection."""
         self.env_client.close()
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _get_actions(self, episode_ids: list, observations: Mapping) -> dict:
+        episodes = [self._step(eid, observations[eid]) for eid in episode_ids]
+        if self._multi_agent:
+            return {eid: self.env_client.act(observations[eid], env=ep.env) for eid, ep in zip(episode_ids, episodes)}
+        actions = self.env_client.act([observations[eid] for eid in episode_ids], env=[ep.env for ep in episodes])
+        return dict(zip(episode_ids, actions))
 
     @property
     def _multi_agent(self) -> bool:
