@@ -1,16 +1,15 @@
 // A simulator that trains with RLlib over RLlink, in C++: the template to copy.
 //
 // CartPole (gymnasium's CartPole-v1 dynamics, written out below) stands in for
-// your simulator. The loop does the four things a client has to do:
-//   1. connect to a learner's runner (or to its directory, which names one);
-//   2. run the policy locally, from the weights the runner sends;
-//   3. record each step into episode chunks;
-//   4. send the chunks, on-policy, and continue with the new weights.
-//
-// With --served-actions the runner runs the policy instead (PROTOCOL.md
-// section 10.5): each tick, one ACT reports every env's observation and the
-// reward of its last action, and the ACTIONS say what each env does next.
-// No weights, no network, no episode recording here (run_served below).
+// your simulator. Its loop calls two things of rlinks::EnvClient:
+//   act(obs)   -> the action (the policy runs here, from the learner's
+//                 weights; with --served-actions the learner computes it);
+//   report(reward, next_obs, terminated, truncated) -> what came of it.
+// EnvClient does the rest: it connects (to the learner's directory, which
+// names a runner, or to a runner), records the episodes, sends them (on-policy:
+// waits for the weights trained on them, when the runner's share is in),
+// takes new weights, reconnects (--reliable) and closes. --envs N steps N
+// CartPoles together (served: one ACT per tick).
 //
 // Run a learner first (rlinks learner --config configs/ppo_cartpole.yaml),
 // then one or more copies of this:
@@ -18,6 +17,8 @@
 //   cartpole --address 127.0.0.1:5555 --served-actions --envs 8
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -31,10 +32,8 @@
 #include <vector>
 
 #include "rlinks/auth.hpp"
-#include "rlinks/client.hpp"
-#include "rlinks/episode_builder.hpp"
-#include "rlinks/mlp.hpp"
-#include "rlinks/sampling.hpp"
+#include "rlinks/env_client.hpp"
+#include "rlinks/errors.hpp"
 
 namespace {
 
@@ -45,8 +44,8 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --address HOST:PORT    runner or directory to connect to (default 127.0.0.1:5556;
                          tls://HOST:PORT for TLS)
   --port PORT            shorthand for --address 127.0.0.1:PORT
-  --max-steps N          stop after N env steps (default 100000)
-  --seed S               seed of the env and the action sampling
+  --max-steps N          stop after N env steps (whole ticks of --envs; default 100000)
+  --seed S               seed of the envs and the action sampling
   --reliable             reconnect after a dropped connection and resend unconfirmed batches
   --timeout SECONDS      longest wait for any one reply (default 120)
   --retry-attempts N     connection attempts before giving up (default 20)
@@ -57,8 +56,8 @@ CartPole-v1 training with an RLlib learner over RLlink.
                          TLS: CA to check the server with; client certificate and key
   --served-actions       the learner computes the actions (served_actions): send
                          observations, get actions; no weights or network here
-  --envs N               served actions: CartPoles stepped together, one ACT per
-                         tick (default 1)
+  --off-policy           send batches without waiting for new weights
+  --envs N               CartPoles stepped together (default 1)
 )";
 
 // gymnasium's CartPole-v1: the same constants, Euler integration, reward 1
@@ -128,6 +127,7 @@ struct Args {
   std::optional<uint64_t> seed;
   bool reliable = false;
   bool served_actions = false;
+  bool off_policy = false;
   uint64_t envs = 1;
   double timeout_s = 120.0;
   int retry_attempts = 20;
@@ -177,6 +177,8 @@ Args parse_args(int argc, char** argv) {
       args.reliable = true;
     } else if (flag == "--served-actions") {
       args.served_actions = true;
+    } else if (flag == "--off-policy") {
+      args.off_policy = true;
     } else if (flag == "--envs") {
       args.envs = parse_count(flag, value());
     } else if (flag == "--timeout") {
@@ -203,289 +205,152 @@ Args parse_args(int argc, char** argv) {
   if (args.envs < 1 || args.envs > rlinks::kMaxActRows / 2) {
     usage_error("--envs needs 1 to " + std::to_string(rlinks::kMaxActRows / 2) + " envs");
   }
-  if (args.envs > 1 && !args.served_actions) usage_error("--envs N > 1 needs --served-actions");
   return args;
 }
 
-volatile std::sig_atomic_t stop_requested = 0;
+rlinks::EnvClientOptions client_options(const Args& args, uint64_t seed) {
+  rlinks::EnvClientOptions options;
+  options.connection.timeout_s = args.timeout_s;
+  options.connection.retry_attempts = args.retry_attempts;
+  options.connection.reliable = args.reliable;
+  options.connection.secret = rlinks::load_secret(args.secret_file);
+  options.connection.tls = {args.ca_file, args.cert_file, args.key_file, ""};
+  options.inference = args.served_actions ? rlinks::Inference::served : rlinks::Inference::automatic;
+  if (args.off_policy) options.on_policy = false;
+  options.num_envs = uint32_t(args.envs);
+  options.seed = seed ^ 0x9e3779b97f4a7c15ull;
+  // RLlib's own server describes itself only in a pickle: then these say what it runs.
+  options.action_space = rlinks::ActionSpace::discrete(2);
+  options.rollout_fragment_length = args.fragment_steps;
+  options.fcnet_activation = args.activation;
+  return options;
+}
 
-void request_stop(int) { stop_requested = 1; }
+std::atomic<rlinks::EnvClient*> running_client{nullptr};
 
-// The policy: RLlib's default MLP run from the latest weights, skipping stale ones.
-class Policy {
- public:
-  Policy(std::string activation, std::string head_activation, size_t num_actions)
-      : activation_(std::move(activation)), head_activation_(std::move(head_activation)), num_actions_(num_actions) {}
+void request_stop(int) {
+  if (rlinks::EnvClient* client = running_client.load()) client->stop();  // async-signal-safe
+}
 
-  void apply(const rlinks::WeightsUpdate& update) {
-    const uint64_t seq_no = update.weights.seq_no;
-    if (network_ && seq_no != 0 && seq_no < seq_no_) return;  // older than what we run (section 8)
-    network_ = rlinks::Network::from_weights(update.weights, activation_, head_activation_, num_actions_);
-    seq_no_ = seq_no;
-  }
-
-  rlinks::Network& network() { return *network_; }
-  uint64_t seq_no() const { return seq_no_; }
-
- private:
-  std::string activation_, head_activation_;
-  size_t num_actions_;
-  std::optional<rlinks::Network> network_;
-  uint64_t seq_no_ = 0;
-};
-
+// The last 20 episodes' returns and the summary line the tests read.
 struct Summary {
   uint64_t steps = 0;
   uint64_t episodes = 0;
-  std::deque<double> returns;  // the last 20 episodes'
-  uint64_t weights_seq_no = 0;
-  double local_seconds = 0.0;  // stepping, inference and recording; no waiting for the learner
+  std::deque<double> returns;
 
-  void print(const rlinks::ClientStats& stats) const {
+  void episode_ended(double episode_return) {
+    ++episodes;
+    returns.push_back(episode_return);
+    if (returns.size() > 20) returns.pop_front();
+  }
+
+  // `local_seconds`: stepping, inference and recording; no waiting for the learner.
+  void print(const rlinks::EnvClientStats& stats, double local_seconds) const {
     const double mean = returns.empty() ? std::nan("")
                                         : std::accumulate(returns.begin(), returns.end(), 0.0) / double(returns.size());
+    const rlinks::ClientStats& delivery = stats.delivery;
     std::printf("summary: steps=%llu episodes=%llu mean_return_last_20=%.1f weights_seq_no=%llu reconnects=%llu "
                 "batches_resent=%llu steps_sent=%llu steps_acked=%llu local_steps_per_s=%.0f\n",
-                (unsigned long long)steps, (unsigned long long)episodes, mean, (unsigned long long)weights_seq_no,
-                (unsigned long long)stats.reconnects, (unsigned long long)stats.batches_resent,
-                (unsigned long long)stats.steps_sent, (unsigned long long)stats.steps_acked,
+                (unsigned long long)steps, (unsigned long long)episodes, mean, (unsigned long long)stats.weights_seq_no,
+                (unsigned long long)delivery.reconnects, (unsigned long long)delivery.batches_resent,
+                (unsigned long long)delivery.steps_sent, (unsigned long long)delivery.steps_acked,
                 local_seconds > 0 ? double(steps) / local_seconds : 0.0);
     std::fflush(stdout);
   }
 };
 
-void run(const Args& args, rlinks::Client& client, Summary& summary) {
+// Connects and trains until --max-steps, SIGTERM or the learner's end.
+void train(const Args& args, Summary& summary) {
   const uint64_t seed = args.seed ? *args.seed : std::random_device{}();
-  CartPole env(seed);
-  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  rlinks::EnvClient client(args.address, client_options(args, seed));
+  running_client = &client;
+  struct Forget {
+    ~Forget() { running_client = nullptr; }
+  } forget;
+  std::signal(SIGTERM, request_stop);
+  std::signal(SIGINT, request_stop);
 
-  // What the runner expects from us. rlinks' runner describes it in plain
-  // msgpack; RLlib's own server only offers a pickle: then the command line says.
-  uint64_t fragment = args.fragment_steps;
-  std::string activation = args.activation, head_activation = "relu";
-  bool on_policy = true;
-  if (const std::optional<rlinks::RunnerConfig> config = client.get_config()) {
-    if (config->discrete_actions.value_or(0) != 2 || config->observation_shape != std::vector<uint64_t>{4}) {
-      throw rlinks::UsageError("the learner is not set up for CartPole (Box(4) observations, Discrete(2) actions)");
-    }
-    fragment = config->rollout_fragment_length;
-    activation = config->fcnet_activation;
-    head_activation = config->head_fcnet_activation;
-    on_policy = config->on_policy;
-  }
-
-  // The first weights, and how many steps the runner wants from us.
-  Policy policy(activation, head_activation, 2);
-  rlinks::WeightsUpdate update = client.get_state();
-  policy.apply(update);
-  uint64_t want = update.want_steps.value_or(fragment);
-  std::cerr << "cartpole: connected to " << client.address().str() << " ("
-            << (client.plain_rllib() ? "plain RLlink" : client.server_agent()) << "); sending "
-            << (on_policy ? "on-policy" : "off-policy") << " batches" << std::endl;
-
-  rlinks::EpisodeBuilder builder(4, {{"action_dist_inputs", 2}, {"action_logp", 0}});
-  CartPole::Observation observation = env.reset();
-  builder.reset(observation.data());
-  double episode_return = 0.0;
-  auto local_start = rlinks::Clock::now();
-  const auto add_local_time = [&] {
-    summary.local_seconds += std::chrono::duration<double>(rlinks::Clock::now() - local_start).count();
-  };
-
-  while (summary.steps < args.max_steps && !stop_requested) {
-    // want == 0: the runner has all it needs for this update; ask again with
-    // nothing, and the answer comes with the next weights.
-    if (want > 0) {
-      const std::vector<float>& logits = policy.network().logits(observation.data());
-      const rlinks::SampledAction sampled = rlinks::sample_categorical(logits.data(), logits.size(), rng);
-      const CartPole::Step step = env.step(sampled.action);
-      builder.step(sampled.action, step.reward, step.observation.data(), step.terminated, step.truncated,
-                   {logits.data(), &sampled.logp});
-      observation = step.observation;
-      ++summary.steps;
-      episode_return += step.reward;
-      if (step.terminated || step.truncated) {
-        summary.returns.push_back(episode_return);
-        if (summary.returns.size() > 20) summary.returns.pop_front();
-        ++summary.episodes;
-        episode_return = 0.0;
-        observation = env.reset();
-        builder.reset(observation.data());
-      }
-      if (builder.num_steps() < want) continue;
-    }
-    std::vector<rlinks::Value> chunks = builder.take_chunks();
-    add_local_time();
-    if (on_policy) {
-      update = client.send_episodes_and_get_state(std::move(chunks));
-    } else {
-      client.send_episodes(std::move(chunks));
-      update = client.get_state();
-    }
-    policy.apply(update);
-    summary.weights_seq_no = policy.seq_no();
-    want = update.want_steps.value_or(fragment);
-    local_start = rlinks::Clock::now();
-  }
-  add_local_time();
-  summary.weights_seq_no = policy.seq_no();
-  // The runner acknowledges a batch when RLlib takes it, which can be after
-  // the weights it answered with (steps beyond an update's share, a batch
-  // resent after a reconnect): wait for those ACKs (bounded by --timeout)
-  // rather than close with batches the runner has but we never heard of.
-  // Told to stop, an on-policy run stops now, as before.
-  if (!on_policy || !stop_requested) client.flush();
-}
-
-// The learner must be set up for CartPole; rlinks' runner says how (RLlib's
-// own server serves no actions, so it never gets this far).
-void check_cartpole_config(rlinks::Client& client) {
-  if (const std::optional<rlinks::RunnerConfig> config = client.get_config()) {
-    if (config->discrete_actions.value_or(0) != 2 || config->observation_shape != std::vector<uint64_t>{4}) {
-      throw rlinks::UsageError("the learner is not set up for CartPole (Box(4) observations, Discrete(2) actions)");
-    }
-  }
-}
-
-// Served actions (section 10.5): N CartPoles, all stepped with one ACT per tick.
-//
-// Each env's row reports where its last action led: the observation now and
-// the reward. An episode that ended gets its ending row (terminated or
-// truncated, with the final observation; no action is wanted for it) and,
-// in the same ACT, a start row with the first observation after the reset.
-// The ACTIONS hold one action per row that wants one, in row order.
-void run_served(const Args& args, rlinks::Client& client, Summary& summary) {
-  const uint64_t seed = args.seed ? *args.seed : std::random_device{}();
+  // Connecting reads the runner's setup, which must be CartPole's (RLlib's
+  // own server doesn't say: nullopt), and picks the mode.
   client.connect();
-  if (!client.agreed(rlinks::extension::served_actions)) {
-    throw rlinks::NotAgreed(client.address().str() + " did not agree to served_actions (" +
-                            (client.plain_rllib() ? std::string("plain RLlink") : client.server_agent()) + ")");
+  if (const std::optional<rlinks::RunnerConfig>& config = client.config()) {
+    const std::optional<rlinks::ActionSpace> actions = client.action_space();
+    if (config->observation_shape != std::vector<uint64_t>{4} || !actions || actions->str() != "Discrete(2)") {
+      throw rlinks::UsageError("the learner is not set up for CartPole (Box(4) observations, Discrete(2) actions)");
+    }
   }
-  check_cartpole_config(client);
-  std::cerr << "cartpole: connected to " << client.address().str() << " (" << client.server_agent() << "); "
-            << args.envs << " env(s), actions served by the learner" << std::endl;
+  const bool served = client.mode() == rlinks::Inference::served;
+  std::cerr << "cartpole: connected to " << client.address().str() << " ("
+            << (client.plain_rllib() ? "plain RLlink" : client.server_agent()) << "); " << args.envs << " env(s), "
+            << (served ? "actions served by the learner" : client.on_policy() ? "on-policy batches" : "off-policy batches")
+            << std::endl;
 
-  // What each env did since its last row: the result of the action it took.
-  struct Env {
-    CartPole cartpole;
-    CartPole::Observation observation{};
-    std::optional<CartPole::Step> result;  // the last action's, not yet reported
-    double episode_return = 0.0;
-  };
-  std::vector<Env> envs;
-  rlinks::ActBuilder rows(4);
-  for (uint64_t i = 0; i < args.envs; ++i) {
-    envs.push_back(Env{CartPole(seed + i), {}, std::nullopt, 0.0});
-    envs[i].observation = envs[i].cartpole.reset();
-    rows.start(uint32_t(i), envs[i].observation.data());
+  // The simulators, and what each did last. `obs` holds every env's observation, one row of 4 after another.
+  const uint64_t n = args.envs;
+  std::vector<CartPole> envs;
+  std::vector<float> obs(4 * n);
+  for (uint64_t i = 0; i < n; ++i) {
+    envs.emplace_back(seed + i);
+    const CartPole::Observation first = envs[i].reset();
+    std::copy(first.begin(), first.end(), obs.begin() + std::ptrdiff_t(4 * i));
   }
-  auto local_start = rlinks::Clock::now();
-  const auto add_local_time = [&] {
-    summary.local_seconds += std::chrono::duration<double>(rlinks::Clock::now() - local_start).count();
-  };
-  const auto end_episode = [&](Env& env) {
-    summary.returns.push_back(env.episode_return);
-    if (summary.returns.size() > 20) summary.returns.pop_front();
-    ++summary.episodes;
-    env.episode_return = 0.0;
-  };
+  std::vector<double> reward(n), episode_return(n, 0.0);
+  std::vector<bool> terminated(n), truncated(n);
+  const std::vector<uint32_t> all = client.all_envs();
 
-  while (summary.steps < args.max_steps && !stop_requested) {
-    // Every env that acted reports what came of it.
-    for (uint64_t i = 0; i < args.envs; ++i) {
-      Env& env = envs[i];
-      if (!env.result) continue;
-      const CartPole::Step step = *env.result;
-      env.result.reset();
-      rows.step(uint32_t(i), step.observation.data(), step.reward, step.terminated, step.truncated);
-      if (step.terminated || step.truncated) {
-        end_episode(env);
-        env.observation = env.cartpole.reset();
-        rows.start(uint32_t(i), env.observation.data());
+  const auto started = std::chrono::steady_clock::now();
+  const double waited_before = client.stats().wait_s;
+  const rlinks::Ending ending = client.run([&] {
+    while (summary.steps < args.max_steps) {
+      const std::vector<rlinks::Action> actions = client.act(all, obs);
+      for (uint64_t i = 0; i < n; ++i) {
+        const CartPole::Step step = envs[i].step(actions[i].discrete());
+        std::copy(step.observation.begin(), step.observation.end(), obs.begin() + std::ptrdiff_t(4 * i));
+        reward[i] = step.reward;
+        terminated[i] = step.terminated;
+        truncated[i] = step.truncated;
+        episode_return[i] += step.reward;
+      }
+      summary.steps += n;
+      client.report(all, reward, obs, terminated, truncated);
+      for (uint64_t i = 0; i < n; ++i) {
+        if (!terminated[i] && !truncated[i]) continue;
+        // That episode ended; the env's next act() starts the next one from its reset.
+        summary.episode_ended(episode_return[i]);
+        episode_return[i] = 0.0;
+        const CartPole::Observation first = envs[i].reset();
+        std::copy(first.begin(), first.end(), obs.begin() + std::ptrdiff_t(4 * i));
       }
     }
-    add_local_time();
-    const rlinks::ActionsReply reply = client.act(rows.take());
-    local_start = rlinks::Clock::now();
-    summary.weights_seq_no = reply.weights_seq_no;
-    if (!reply.interrupted.empty()) {
-      // The connection dropped and the runner closed these envs' episodes; the
-      // library started them again from where the envs are (see Client::act).
-      std::cerr << "cartpole: " << reply.interrupted.size()
-                << " episode(s) interrupted by the lost connection; the runner records them from here on" << std::endl;
-    }
-    for (size_t j = 0; j < reply.size() && summary.steps < args.max_steps; ++j) {
-      const int64_t action = reply.discrete(j);
-      if (action != 0 && action != 1) {
-        throw rlinks::ProtocolError(rlinks::ErrorCode::invalid_message,
-                                    "ACTIONS: action " + std::to_string(action) + " for env " +
-                                        std::to_string(reply.env[j]) + " is not in CartPole's Discrete(2)");
-      }
-      Env& env = envs.at(reply.env[j]);
-      env.result = env.cartpole.step(action);
-      env.observation = env.result->observation;
-      env.episode_return += env.result->reward;
-      ++summary.steps;
-    }
-  }
-  add_local_time();
-  // Done: report the last actions' results and end the open episodes there
-  // (truncated: the run stops), so that the runner keeps those steps too.
-  for (uint64_t i = 0; i < args.envs; ++i) {
-    const std::optional<CartPole::Step>& step = envs[i].result;
-    if (!step) continue;
-    rows.step(uint32_t(i), step->observation.data(), step->reward, step->terminated, !step->terminated);
-    if (step->terminated || step->truncated) end_episode(envs[i]);
-  }
-  if (!rows.empty()) client.act(rows.take());
+  });  // then closes: what is due is delivered and acknowledged first (bounded by --timeout)
+  if (ending == rlinks::Ending::training_ended) std::cerr << "cartpole: the learner stopped; done" << std::endl;
+  if (ending == rlinks::Ending::stopped) std::cerr << "cartpole: stopped" << std::endl;
+
+  const rlinks::EnvClientStats stats = client.stats();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  summary.print(stats, elapsed - (stats.wait_s - waited_before));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
-  std::signal(SIGTERM, request_stop);
-  std::signal(SIGINT, request_stop);
-
   Summary summary;
-  int status = 0;
   try {
-    rlinks::ClientOptions options;
-    options.timeout_s = args.timeout_s;
-    options.retry_attempts = args.retry_attempts;
-    options.reliable = args.reliable;
-    options.secret = rlinks::load_secret(args.secret_file);
-    options.tls = {args.ca_file, args.cert_file, args.key_file, ""};
-    if (args.served_actions) options.extensions.push_back(std::string(rlinks::extension::served_actions));
-    rlinks::Client client(args.address, options);
-    try {
-      if (args.served_actions) {
-        run_served(args, client, summary);
-      } else {
-        run(args, client, summary);
-      }
-    } catch (const rlinks::ServerError& error) {
-      if (error.code() != "shutting_down") throw;
-      std::cerr << "cartpole: the learner stopped; done" << std::endl;  // the normal end of a training run
-    }
-    summary.print(client.stats());
-    client.close();
+    train(args, summary);
     return 0;
   } catch (const rlinks::NotAgreed& error) {
-    std::cerr << "cartpole: the learner does not serve actions: " << error.what()
-              << "; run without --served-actions" << std::endl;
-    summary.print(rlinks::ClientStats{});
+    std::cerr << "cartpole: the learner does not serve actions: " << error.what() << "; run without --served-actions"
+              << std::endl;
+    summary.print({}, 0);
     return 3;
   } catch (const rlinks::ServerError& error) {
     std::cerr << "cartpole: the learner refused us: " << error.code() << ": " << error.text() << std::endl;
-    status = 1;
   } catch (const rlinks::ProtocolError& error) {
     std::cerr << "cartpole: protocol error (" << rlinks::to_string(error.code()) << "): " << error.what() << std::endl;
-    status = 1;
   } catch (const rlinks::Error& error) {
     std::cerr << "cartpole: " << error.what() << std::endl;
-    status = 1;
   }
-  summary.print(rlinks::ClientStats{});
-  return status;
+  summary.print({}, 0);
+  return 1;
 }

@@ -7,6 +7,7 @@
 
 #include "rlinks/auth.hpp"
 #include "rlinks/episode_builder.hpp"
+#include "rlinks/stop_signal.hpp"
 
 namespace rlinks {
 namespace {
@@ -96,6 +97,7 @@ void Client::warn(const std::string& text) const {
 template <class Operation>
 auto Client::run(const char* what, Operation operation) {
   if (closed_) throw UsageError("this client was closed; make a new one");
+  if (options_.stop && options_.stop->raised()) throw ClientClosed(std::string(what) + ": stopped");
   int recoveries = 0;
   while (true) {
     try {
@@ -325,6 +327,7 @@ void Client::recover(const char* what, const std::string& error, int& recoveries
 void Client::sleep_backoff(int failures) {
   const double ceiling = std::min(options_.backoff_cap_s, options_.backoff_initial_s * double(uint64_t(1) << std::min(failures, 62)));
   const double seconds = std::uniform_real_distribution<double>(0.0, ceiling)(rng_);
+  if (options_.stop) return options_.stop->sleep_until(deadline_after(seconds));
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
@@ -356,7 +359,7 @@ void Client::connect_with_retries() {
 }
 
 void Client::open() {
-  transport_ = open_transport(address_, options_.connect_timeout_s, options_.tls);
+  transport_ = open_transport(address_, options_.connect_timeout_s, options_.tls, options_.stop ? options_.stop->fd() : -1);
   decoder_ = FrameDecoder(options_.max_frame_bytes);
   inbox_.clear();
   agreed_.clear();

@@ -22,11 +22,17 @@ Value optional_time(const std::optional<double>& seconds) { return seconds ? Val
 
 }  // namespace
 
-EpisodeBuilder::EpisodeBuilder(size_t observation_size, std::vector<ExtraOutput> extras, size_t max_chunk_steps)
+EpisodeBuilder::EpisodeBuilder(size_t observation_size, std::vector<ExtraOutput> extras, size_t max_chunk_steps,
+                               std::vector<uint64_t> box_action_shape)
     : observation_size_(observation_size), extras_(std::move(extras)), max_chunk_steps_(max_chunk_steps),
-      id_source_(std::random_device{}()), extra_values_(extras_.size()) {
+      id_source_(std::random_device{}()), box_shape_(std::move(box_action_shape)), extra_values_(extras_.size()) {
   if (observation_size_ == 0) throw UsageError("observations need at least one value");
   if (max_chunk_steps_ == 0) throw UsageError("max_chunk_steps must be at least 1");
+  if (!box_shape_.empty()) {
+    box_size_ = 1;
+    for (uint64_t d : box_shape_) box_size_ *= size_t(d);
+    if (box_size_ == 0) throw UsageError("a Box action needs at least one value");
+  }
 }
 
 std::string EpisodeBuilder::new_id() {
@@ -47,6 +53,7 @@ const std::string& EpisodeBuilder::reset(const float* observation) {
   steps_ = 0;
   observations_.assign(observation, observation + observation_size_);
   actions_.clear();
+  box_actions_.clear();
   rewards_.clear();
   for (auto& values : extra_values_) values.clear();
   start_time_ = clock_seconds();
@@ -56,13 +63,37 @@ const std::string& EpisodeBuilder::reset(const float* observation) {
 
 void EpisodeBuilder::step(int64_t action, double reward, const float* observation, bool terminated, bool truncated,
                           std::initializer_list<const float*> extra_values) {
+  if (box_size_ > 0) throw UsageError("this builder records Box actions: use step_box()");
+  check_step(reward, extra_values);
+  actions_.push_back(action);
+  record(reward, observation, terminated, truncated, extra_values);
+}
+
+void EpisodeBuilder::step_box(const float* action, double reward, const float* observation, bool terminated,
+                          bool truncated, std::initializer_list<const float*> extra_values) {
+  if (box_size_ == 0) throw UsageError("this builder records Discrete actions: use step() with the index");
+  check_step(reward, extra_values);
+  box_actions_.insert(box_actions_.end(), action, action + box_size_);
+  record(reward, observation, terminated, truncated, extra_values);
+}
+
+void EpisodeBuilder::truncate() {
+  if (running_ && steps_ > 0) finish(false, true);
+  running_ = false;
+}
+
+void EpisodeBuilder::check_step(double reward, std::initializer_list<const float*> extra_values) const {
   if (!running_) throw UsageError("step() needs a running episode: call reset() first");
   if (!std::isfinite(reward)) throw UsageError("a reward must be a finite number");
   if (extra_values.size() != extras_.size()) {
     throw UsageError("step() needs " + std::to_string(extras_.size()) + " extra model outputs, got " +
                      std::to_string(extra_values.size()));
   }
-  actions_.push_back(action);
+}
+
+// Records all of a checked step but its action (added already), then ends or cuts the chunk.
+void EpisodeBuilder::record(double reward, const float* observation, bool terminated, bool truncated,
+                            std::initializer_list<const float*> extra_values) {
   rewards_.push_back(float(reward));
   observations_.insert(observations_.end(), observation, observation + observation_size_);
   for (size_t k = 0; k < extras_.size(); ++k) {
@@ -76,6 +107,13 @@ void EpisodeBuilder::step(int64_t action, double reward, const float* observatio
   } else if (steps_ >= max_chunk_steps_) {
     cut();
   }
+}
+
+NdArray EpisodeBuilder::actions(uint64_t steps) const {
+  if (box_size_ == 0) return NdArray::from_int64({steps}, actions_.data());
+  std::vector<uint64_t> shape{steps};
+  shape.insert(shape.end(), box_shape_.begin(), box_shape_.end());
+  return NdArray::from_float32(shape, box_actions_.data());
 }
 
 std::vector<Value> EpisodeBuilder::take_chunks() {
@@ -105,7 +143,7 @@ void EpisodeBuilder::emit(bool terminated, bool truncated) {
       {"module_id", nullptr},
       {"multi_agent_episode_id", nullptr},
       {"observations", buffer(NdArray::from_float32({steps + 1, observation_size_}, observations_.data()), true)},
-      {"actions", buffer(NdArray::from_int64({steps}, actions_.data()), true)},
+      {"actions", buffer(actions(steps), true)},
       {"rewards", buffer(NdArray::from_float32({steps}, rewards_.data()), true)},
       {"infos", buffer(std::move(infos), false)},
       {"extra_model_outputs", std::move(extra_outputs)},
@@ -132,6 +170,7 @@ void EpisodeBuilder::cut() {
   emit(false, false);
   observations_.erase(observations_.begin(), observations_.end() - std::ptrdiff_t(observation_size_));
   actions_.clear();
+  box_actions_.clear();
   rewards_.clear();
   for (auto& values : extra_values_) values.clear();
   t_started_ += steps_;

@@ -23,7 +23,8 @@ constexpr std::string_view kIgnoredPrefixes[] = {"vf.", "encoder.critic_encoder.
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
 UnsupportedModel unsupported(const std::string& what) {
-  return UnsupportedModel("not one of RLlib's default MLP RLModules for a Discrete action space: " + what);
+  return UnsupportedModel("not one of RLlib's default MLP RLModules for a Discrete or Box action space: " + what +
+                          " (served actions, or the Python client's ONNX policy, run any module)");
 }
 
 Network::Activation activation_named(std::string_view name) {
@@ -141,16 +142,20 @@ std::vector<Network::Dense> Network::read_mlp(const WeightSet& weights, const st
 
 Network Network::from_weights(const WeightSet& weights, std::string_view fcnet_activation,
                               std::string_view head_fcnet_activation, size_t num_actions) {
+  return from_weights(weights, fcnet_activation, head_fcnet_activation, ActionSpace::discrete(num_actions));
+}
+
+Network Network::from_weights(const WeightSet& weights, std::string_view fcnet_activation,
+                              std::string_view head_fcnet_activation, const ActionSpace& space) {
   std::vector<std::string_view> encoders;
   for (const auto& [name, array] : weights.params) {
-    bool known = starts_with(name, kPiPrefix) || name == kPiLogStdClip;
+    bool known = starts_with(name, kPiPrefix) || name == kPiLogStdClip || name == kPiLogStd;
     for (std::string_view prefix : kIgnoredPrefixes) known = known || starts_with(name, prefix);
     for (std::string_view prefix : kEncoderPrefixes) {
       if (!starts_with(name, prefix)) continue;
       known = true;
       if (std::find(encoders.begin(), encoders.end(), prefix) == encoders.end()) encoders.push_back(prefix);
     }
-    if (name == kPiLogStd) throw unsupported("it has a free log-std ('pi.log_std'), which belongs to a Box action space");
     if (!known) throw unsupported("unexpected parameter '" + name.substr(0, 80) + "'");
   }
   if (encoders.size() != 1) throw unsupported("expected MLP encoder parameters under exactly one of encoder.encoder.net.mlp. and encoder.actor_encoder.net.mlp.");
@@ -165,11 +170,36 @@ Network Network::from_weights(const WeightSet& weights, std::string_view fcnet_a
     throw unsupported("the encoder puts out " + std::to_string(network.layers_.back().outputs) +
                       " values but the pi head takes " + std::to_string(pi.front().inputs));
   }
-  if (pi.back().outputs != num_actions) {
-    throw unsupported("the pi head puts out " + std::to_string(pi.back().outputs) + " logits, but the action space has " +
-                      std::to_string(num_actions) + " actions");
-  }
+  const size_t outputs = pi.back().outputs;
   for (Dense& dense : pi) network.layers_.push_back(std::move(dense));
+  const NdArray* free_log_std = weights.find(kPiLogStd);
+  if (!space.is_box()) {
+    if (free_log_std != nullptr) throw unsupported("it has a free log-std ('pi.log_std'), which belongs to a Box action space, not " + space.str());
+    if (outputs != space.n) {
+      throw unsupported("the pi head puts out " + std::to_string(outputs) + " logits, but the action space " +
+                        space.str() + " needs " + std::to_string(space.n));
+    }
+    return network;
+  }
+  const size_t size = space.size();
+  if (free_log_std != nullptr && (outputs != size || free_log_std->shape() != std::vector<uint64_t>{size})) {
+    throw unsupported("a pi head with " + std::to_string(outputs) + " outputs and a free log-std of " +
+                      std::to_string(free_log_std->size()) + " values does not fit " + space.str());
+  }
+  if (free_log_std == nullptr && outputs != 2 * size) {
+    throw unsupported("the pi head puts out " + std::to_string(outputs) + " values, but " + space.str() + " needs " +
+                      std::to_string(2 * size) + " (mean and log-std)");
+  }
+  const NdArray* clip = weights.find(kPiLogStdClip);
+  if (clip == nullptr || clip->size() != 1 || !clip->dtype().is_numeric()) {
+    throw unsupported("a Box action space needs a one-number '" + std::string(kPiLogStdClip) + "'");
+  }
+  network.box_size_ = size;
+  network.log_std_clip_ = float(clip->number(0));
+  if (free_log_std != nullptr) {
+    network.free_log_std_ = free_log_std->to_float32();
+    for (float& x : network.free_log_std_) x = std::clamp(x, -network.log_std_clip_, network.log_std_clip_);
+  }
   return network;
 }
 
@@ -196,6 +226,11 @@ const std::vector<float>& Network::logits(const float* observation) {
     }
     activate(dense.activation, output_);
     std::swap(input_, output_);
+  }
+  if (!free_log_std_.empty()) {
+    input_.insert(input_.end(), free_log_std_.begin(), free_log_std_.end());
+  } else if (box_size_ > 0) {
+    for (size_t i = box_size_; i < 2 * box_size_; ++i) input_[i] = std::clamp(input_[i], -log_std_clip_, log_std_clip_);
   }
   return input_;
 }

@@ -31,10 +31,12 @@ int milliseconds_until(Deadline deadline) {
 }
 
 // Waits for `events` on `fd` until `deadline`; false if they did not come.
-bool wait_for(int fd, short events, Deadline deadline) {
+// Throws ClientClosed as soon as `wake_fd` (a StopSignal's; -1: none) is readable.
+bool wait_for(int fd, short events, Deadline deadline, int wake_fd) {
   while (true) {
-    pollfd entry{fd, events, 0};
-    const int ready = ::poll(&entry, 1, milliseconds_until(deadline));
+    pollfd entries[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    const int ready = ::poll(entries, wake_fd >= 0 ? 2 : 1, milliseconds_until(deadline));
+    if (ready > 0 && wake_fd >= 0 && entries[1].revents != 0) throw ClientClosed("stopped while waiting for the server");
     if (ready > 0) return true;
     if (ready == 0) {
       if (Clock::now() >= deadline) return false;
@@ -58,7 +60,7 @@ class Socket {
   int fd_;
 };
 
-std::unique_ptr<Socket> connect_tcp(const Address& address, Deadline deadline) {
+std::unique_ptr<Socket> connect_tcp(const Address& address, Deadline deadline, int wake_fd) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -78,7 +80,7 @@ std::unique_ptr<Socket> connect_tcp(const Address& address, Deadline deadline) {
     }
     int result = ::connect(socket->fd(), candidate->ai_addr, candidate->ai_addrlen);
     if (result != 0 && errno == EINPROGRESS) {
-      if (!wait_for(socket->fd(), POLLOUT, deadline)) {
+      if (!wait_for(socket->fd(), POLLOUT, deadline, wake_fd)) {
         last_error = "timed out";
         continue;
       }
@@ -101,7 +103,7 @@ std::unique_ptr<Socket> connect_tcp(const Address& address, Deadline deadline) {
 
 class TcpTransport : public Transport {
  public:
-  explicit TcpTransport(std::unique_ptr<Socket> socket) : socket_(std::move(socket)) {}
+  TcpTransport(std::unique_ptr<Socket> socket, int wake_fd) : socket_(std::move(socket)), wake_fd_(wake_fd) {}
 
   std::optional<size_t> read_some(uint8_t* buffer, size_t size, Deadline deadline) override {
     while (true) {
@@ -109,7 +111,7 @@ class TcpTransport : public Transport {
       if (got >= 0) return size_t(got);
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) throw ConnectionLost(std::string("receive failed: ") + std::strerror(errno));
-      if (!wait_for(socket_->fd(), POLLIN, deadline)) return std::nullopt;
+      if (!wait_for(socket_->fd(), POLLIN, deadline, wake_fd_)) return std::nullopt;
     }
   }
 
@@ -123,12 +125,13 @@ class TcpTransport : public Transport {
       }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) throw ConnectionLost(std::string("send failed: ") + std::strerror(errno));
-      if (!wait_for(socket_->fd(), POLLOUT, deadline)) throw Timeout("the server did not take our data in time (it stopped reading)");
+      if (!wait_for(socket_->fd(), POLLOUT, deadline, wake_fd_)) throw Timeout("the server did not take our data in time (it stopped reading)");
     }
   }
 
  private:
   std::unique_ptr<Socket> socket_;
+  int wake_fd_;
 };
 
 #ifdef RLINKS_WITH_OPENSSL
@@ -144,8 +147,9 @@ std::string openssl_error() {
 
 class TlsTransport : public Transport {
  public:
-  TlsTransport(std::unique_ptr<Socket> socket, const Address& address, const TlsOptions& options, Deadline deadline)
-      : socket_(std::move(socket)) {
+  TlsTransport(std::unique_ptr<Socket> socket, const Address& address, const TlsOptions& options, Deadline deadline,
+               int wake_fd)
+      : socket_(std::move(socket)), wake_fd_(wake_fd) {
     context_.reset(SSL_CTX_new(TLS_client_method()));
     SSL_CTX* context = context_.get();
     if (context == nullptr) throw TlsFailed("cannot make a TLS context: " + openssl_error());
@@ -181,7 +185,7 @@ class TlsTransport : public Transport {
       if (result == 1) return;
       const int error = SSL_get_error(ssl, result);
       if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-        if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, wake_fd_)) {
           throw ConnectionLost("the TLS handshake with " + address.str() + " timed out");
         }
         continue;
@@ -204,7 +208,7 @@ class TlsTransport : public Transport {
       if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
         throw ConnectionLost("TLS receive failed: " + openssl_error());
       }
-      if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) return std::nullopt;
+      if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, wake_fd_)) return std::nullopt;
     }
   }
 
@@ -220,7 +224,7 @@ class TlsTransport : public Transport {
       if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
         throw ConnectionLost("TLS send failed: " + openssl_error());
       }
-      if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+      if (!wait_for(socket_->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, wake_fd_)) {
         throw Timeout("the server did not take our data in time (it stopped reading)");
       }
     }
@@ -230,6 +234,7 @@ class TlsTransport : public Transport {
   std::unique_ptr<Socket> socket_;
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context_{nullptr, SSL_CTX_free};
   std::unique_ptr<SSL, decltype(&SSL_free)> ssl_{nullptr, SSL_free};
+  int wake_fd_;
 };
 
 #endif  // RLINKS_WITH_OPENSSL
@@ -248,19 +253,20 @@ bool tls_available() {
 #endif
 }
 
-std::unique_ptr<Transport> open_transport(const Address& address, double timeout_s, const TlsOptions& tls) {
+std::unique_ptr<Transport> open_transport(const Address& address, double timeout_s, const TlsOptions& tls,
+                                          int wake_fd) {
   if (address.tls && !tls_available()) {
     throw NotAvailable(address.str() + " asks for TLS, but this build of rlinks has no OpenSSL: "
                        "configure it with -DRLINKS_WITH_OPENSSL=ON");
   }
   const Deadline deadline = deadline_after(timeout_s);
-  std::unique_ptr<Socket> socket = connect_tcp(address, deadline);
+  std::unique_ptr<Socket> socket = connect_tcp(address, deadline, wake_fd);
 #ifdef RLINKS_WITH_OPENSSL
-  if (address.tls) return std::make_unique<TlsTransport>(std::move(socket), address, tls, deadline);
+  if (address.tls) return std::make_unique<TlsTransport>(std::move(socket), address, tls, deadline, wake_fd);
 #else
   (void)tls;
 #endif
-  return std::make_unique<TcpTransport>(std::move(socket));
+  return std::make_unique<TcpTransport>(std::move(socket), wake_fd);
 }
 
 }  // namespace rlinks

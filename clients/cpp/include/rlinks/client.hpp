@@ -23,6 +23,8 @@
 
 namespace rlinks {
 
+class StopSignal;
+
 struct ClientOptions {
   // Any one wait: a reply (on-policy: the learner's training step included),
   // the server taking a frame, room in the ack window.
@@ -43,6 +45,9 @@ struct ClientOptions {
   std::string agent = "rlinks-cpp/0.1.0";
   // Where warnings go (reconnects, batches that may be lost); default stderr.
   std::function<void(const std::string&)> warn;
+  // Once raised, every call (and every wait inside one, reconnects included)
+  // throws ClientClosed at once. EnvClient::stop() raises its own.
+  std::shared_ptr<StopSignal> stop;
 };
 
 struct WeightsUpdate {
@@ -71,7 +76,7 @@ struct ClientStats {
 // ProtocolError (the server broke the protocol; unexpected_message for a
 // reply out of turn, auth_failed when it can't prove it knows the secret),
 // NotAvailable, NotAgreed (act() and a server without served_actions),
-// TlsFailed, UsageError.
+// TlsFailed, UsageError, ClientClosed (ClientOptions::stop was raised).
 class Client {
  public:
   explicit Client(std::string_view address, ClientOptions options = {});

@@ -21,9 +21,10 @@ struct ExtraOutput {
 };
 
 // Records reset/step calls of one environment with a flat float observation
-// and a discrete action, and hands out the chunks in the stacked form: one
-// array per column (observations <f4 [T+1, size], actions <i8 [T], rewards
-// <f4 [T], each extra output <f4 [T] or [T, width]) and T+1 empty infos.
+// and a Discrete or Box action, and hands out the chunks in the stacked form:
+// one array per column (observations <f4 [T+1, size], actions <i8 [T] or
+// <f4 [T, *box_shape], rewards <f4 [T], each extra output <f4 [T] or
+// [T, width]) and T+1 empty infos.
 //
 // An episode still running when take_chunks() is called is cut as RLlib's
 // SingleAgentEpisode.cut() does: the next chunk keeps its id_, starts at
@@ -32,7 +33,9 @@ class EpisodeBuilder {
  public:
   // Chunks are also cut on their own every `max_chunk_steps` steps, so none
   // breaks a server's per-chunk limit (65,536 by default, section 12).
-  EpisodeBuilder(size_t observation_size, std::vector<ExtraOutput> extras, size_t max_chunk_steps = 65536);
+  // `box_action_shape`: the shape of a Box action; empty: Discrete actions.
+  EpisodeBuilder(size_t observation_size, std::vector<ExtraOutput> extras, size_t max_chunk_steps = 65536,
+                 std::vector<uint64_t> box_action_shape = {});
 
   // Starts an episode at `observation` (observation_size floats) and returns
   // its id. A running episode that took steps ends first, as truncated.
@@ -44,6 +47,16 @@ class EpisodeBuilder {
   // a non-finite reward, or for the wrong number of extra values.
   void step(int64_t action, double reward, const float* observation, bool terminated, bool truncated,
             std::initializer_list<const float*> extra_values);
+  // The same for a Box action: prod(box_action_shape) floats, as RLlib trains
+  // on them (the Gaussian's sample, not what the env applied). UsageError for
+  // a Discrete builder (and step() for a Box one).
+  void step_box(const float* action, double reward, const float* observation, bool terminated, bool truncated,
+                std::initializer_list<const float*> extra_values);
+
+  // Ends the running episode at its last step, as truncated (its env went
+  // away); one that took no steps since it started or was last cut is
+  // dropped. No-op between episodes.
+  void truncate();
 
   // Env steps recorded and not yet taken.
   size_t num_steps() const { return finished_steps_ + steps_; }
@@ -57,6 +70,10 @@ class EpisodeBuilder {
   void emit(bool terminated, bool truncated);
   void finish(bool terminated, bool truncated);
   void cut();
+  void check_step(double reward, std::initializer_list<const float*> extra_values) const;
+  void record(double reward, const float* observation, bool terminated, bool truncated,
+              std::initializer_list<const float*> extra_values);
+  NdArray actions(uint64_t steps) const;
   std::string new_id();
 
   size_t observation_size_;
@@ -69,7 +86,10 @@ class EpisodeBuilder {
   uint64_t t_started_ = 0;
   size_t steps_ = 0;  // of the current chunk
   std::vector<float> observations_;
+  std::vector<uint64_t> box_shape_;  // empty: Discrete
+  size_t box_size_ = 0;
   std::vector<int64_t> actions_;
+  std::vector<float> box_actions_;
   std::vector<float> rewards_;
   std::vector<std::vector<float>> extra_values_;
   std::optional<double> start_time_, last_step_time_;

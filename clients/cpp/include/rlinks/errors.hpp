@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace rlinks {
 
@@ -53,6 +54,19 @@ class ServerError : public Error {
  private:
   std::string code_;
   std::string text_;
+};
+
+// The learner ended the run (ERROR shutting_down, told to EnvClient): the
+// normal end of training, not a failure.
+class TrainingEnded : public ServerError {
+ public:
+  explicit TrainingEnded(std::string text) : ServerError("shutting_down", std::move(text)) {}
+};
+
+// A call made, or waiting, after stop() or close() (StopSignal, EnvClient).
+class ClientClosed : public Error {
+ public:
+  using Error::Error;
 };
 
 // An open connection dropped, or the peer closed it.

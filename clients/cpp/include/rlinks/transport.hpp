@@ -30,7 +30,7 @@ class Transport {
 
   // Reads up to `size` bytes: the count read, 0 when the peer closed the
   // stream, or nullopt when nothing arrived by `deadline` (a deadline in the
-  // past just looks). Throws ConnectionLost.
+  // past just looks). Throws ConnectionLost, or ClientClosed (its wake fd).
   virtual std::optional<size_t> read_some(uint8_t* buffer, size_t size, Deadline deadline) = 0;
 
   // Writes all `size` bytes by `deadline`. Throws Timeout or ConnectionLost.
@@ -43,7 +43,10 @@ bool tls_available();
 // Connects to `address` (trying each of its resolved addresses) and, for
 // tls://, runs the TLS handshake, within `timeout_s`. Throws ConnectionLost
 // when it can't (refused, unreachable, unknown host, too slow), TlsFailed for
-// a certificate problem, NotAvailable for tls:// without OpenSSL.
-std::unique_ptr<Transport> open_transport(const Address& address, double timeout_s, const TlsOptions& tls);
+// a certificate problem, NotAvailable for tls:// without OpenSSL. With a
+// `wake_fd` (a StopSignal's), every wait of the connection, this one
+// included, ends with ClientClosed as soon as that fd is readable.
+std::unique_ptr<Transport> open_transport(const Address& address, double timeout_s, const TlsOptions& tls,
+                                          int wake_fd = -1);
 
 }  // namespace rlinks

@@ -1,0 +1,48 @@
+#include "rlinks/policy.hpp"
+
+#include <cmath>
+#include <utility>
+
+#include "rlinks/errors.hpp"
+#include "rlinks/sampling.hpp"
+
+namespace rlinks {
+
+LocalPolicy::LocalPolicy(const WeightSet& weights, ActionSpace space, std::string fcnet_activation,
+                         std::string head_fcnet_activation, PolicyOptions options)
+    : space_(std::move(space)), activation_(std::move(fcnet_activation)),
+      head_activation_(std::move(head_fcnet_activation)), options_(options),
+      network_(Network::from_weights(weights, activation_, head_activation_, space_)), seq_no_(weights.seq_no) {}
+
+void LocalPolicy::set_weights(const WeightSet& weights) {
+  if (weights.seq_no != 0 && weights.seq_no < seq_no_) return;
+  network_ = Network::from_weights(weights, activation_, head_activation_, space_);
+  seq_no_ = weights.seq_no;
+}
+
+PolicyOutput LocalPolicy::compute(const float* observation, std::mt19937_64& rng) {
+  PolicyOutput out;
+  out.dist_inputs = network_.logits(observation);
+  for (float x : out.dist_inputs) {
+    if (!std::isfinite(x)) throw UsageError("the policy put out NaN or inf: is the observation finite?");
+  }
+  const float* inputs = out.dist_inputs.data();
+  if (!space_.is_box()) {
+    const SampledAction sampled = options_.explore ? sample_categorical(inputs, out.dist_inputs.size(), rng)
+                                                   : greedy_categorical(inputs, out.dist_inputs.size());
+    out.for_env.index = sampled.action;
+    out.logp = sampled.logp;
+    return out;
+  }
+  const size_t size = space_.size();
+  out.sampled.resize(size);
+  if (options_.explore) {
+    out.logp = sample_gaussian(inputs, size, rng, out.sampled.data());
+  } else {
+    out.sampled.assign(inputs, inputs + size);
+  }
+  out.for_env.values = action_for_env(space_, out.sampled.data(), options_.normalize_actions, options_.clip_actions);
+  return out;
+}
+
+}  // namespace rlinks
