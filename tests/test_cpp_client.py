@@ -381,6 +381,41 @@ def test_every_vector_passes(cpp):
     assert result.stdout.splitlines()[-1] == f"{cases} passed, 0 failed"
 
 
+def test_the_local_policy_computes_what_the_python_client_computes(cpp):
+    """``tests/vectors/policy``: the MLP's outputs, log-probabilities of given actions, the action the env applies."""
+    cases = 0
+    for path in (VECTORS / "policy").glob("*.json"):
+        spec = json.loads(path.read_text())
+        cases += len(spec["cases"]) + len(spec.get("refused", []))
+    result = subprocess.run([str(cpp / "policy_vectors_test"), str(VECTORS / "policy")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == f"{cases} passed, 0 failed"
+
+
+def test_the_policy_vectors_are_current(tmp_path):
+    """Made again, they say the same (to float32 rounding: numpy's matrix products may sum in another order)."""
+    generator = VECTORS / "policy" / "make_policy_vectors.py"
+    subprocess.run([sys.executable, str(generator), str(tmp_path)], check=True, capture_output=True, timeout=120)
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert names == sorted(p.name for p in (VECTORS / "policy").glob("*.json"))
+
+    def same(made, kept, where):
+        if isinstance(made, float) and isinstance(kept, float):
+            assert made == pytest.approx(kept, rel=1e-5, abs=1e-6), f"{where}: {made} != {kept}"
+        elif isinstance(made, (list, dict)):
+            assert type(made) is type(kept) and len(made) == len(kept), f"{where}: differs in shape"
+            pairs = zip(made, kept) if isinstance(made, list) else ((made[k], kept.get(k)) for k in made)
+            for i, (a, b) in enumerate(pairs):
+                same(a, b, f"{where}[{i}]")
+        else:
+            assert made == kept, f"{where}: {made!r} != {kept!r}"
+
+    for name in names:
+        same(json.loads((tmp_path / name).read_text()), json.loads((VECTORS / "policy" / name).read_text()),
+             f"{name} (stale? run {generator})")
+
+
 def test_unit_tests_pass(cpp):
     result = subprocess.run([str(cpp / "unit_test")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -418,6 +453,18 @@ def test_trains_on_policy_with_want_steps_and_acks(cpp):
     log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     taken = log_probs[np.arange(len(logits)), chunk["actions"]["data"]]
     np.testing.assert_allclose(chunk["extra_model_outputs"]["action_logp"]["data"], taken, atol=1e-5)
+
+
+def test_n_envs_with_local_inference_share_one_connection(cpp):
+    """Four CartPoles in one client, the policy run here: one batch per share of all of them."""
+    with FakeLearner() as learner:
+        result = cartpole(cpp, "--address", f"127.0.0.1:{learner.port}", "--envs", "4", "--max-steps", "800")
+    assert result.returncode == 0, result.stderr
+    assert "4 env(s), on-policy batches" in result.stderr
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == 800 and summary["steps_acked"] == summary["steps_sent"] >= 700
+    assert summary["weights_seq_no"] == learner.updates > 10
+    assert len({chunk["id_"] for chunk in learner.chunks}) > 4 * 5  # each env's own episodes
 
 
 @contextmanager
@@ -645,6 +692,59 @@ def test_the_run_ends_after_the_last_batch_is_acknowledged(cpp):
     assert summary["steps_acked"] == summary["steps_sent"] == 2 * UPDATE_STEPS
 
 
+def test_off_policy_batches_go_without_waiting_for_weights(cpp):
+    with ScriptedRunner() as server:
+        result = cartpole(cpp, "--address", server.address, "--max-steps", "1000", "--off-policy", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert "off-policy batches" in result.stderr and "EPISODES_AND_GET_STATE" not in server.types()
+    # A fragment (rollout_fragment_length 64) at a time from the sender thread; the rest when closing.
+    assert [m["timesteps"] for _, m in server.batch_messages()] == [64] * 15 + [40]
+    summary = summary_of(result.stdout)
+    assert summary["steps_acked"] == summary["steps_sent"] == 1000
+
+
+def scenario(cpp, address: str, name: str) -> subprocess.CompletedProcess:
+    """``tests/env_client_scenarios.cpp``: a short EnvClient script (two envs) against ``address``."""
+    return subprocess.run([str(cpp / "env_client_scenarios"), address, name], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_calls_out_of_order_are_refused_saying_what_to_do(cpp):
+    with ScriptedRunner() as server:
+        result = scenario(cpp, server.address, "misuse")
+    assert result.returncode == 0 and result.stdout.endswith("done\n"), result.stdout + result.stderr
+    errors = [line[len("error: "):] for line in result.stdout.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "act(obs) is for one env; with num_envs=2, call act(env, obs) or act(envs, rows)",
+        "env 0 acted and its outcome was not reported: call report() before act() again",
+        "env 1 has no action to report on: call act() first",
+        "report(): the reward of env 0 is nan, not a finite float32",
+        "report(): 3 floats for 1 env(s), but the runner's observations have 4 each (4 in all)",
+        "env 0: act() must take the observation last given to report() (to start a new episode elsewhere, "
+        "call start_episode() first)",
+        "act(): env 5 is not one of 0..1 (EnvClientOptions::num_envs)",
+        "act(): env 1 is named twice",
+        "act(): 4 floats for 2 env(s), but the runner's observations have 4 each (8 in all)",
+    ]
+    assert server.batch_messages() == []  # a refused call changed nothing: no share was completed
+
+
+def test_episodes_started_and_ended_explicitly(cpp):
+    with ScriptedRunner() as server:
+        result = scenario(cpp, server.address, "episodes")
+    assert result.returncode == 0 and "episodes=2 mean_return=1" in result.stdout, result.stdout + result.stderr
+    [(_, message)] = server.batch_messages()
+    chunks = [check_chunk(state) for state in message["episodes"]]
+    # Env 0's cut episode (truncated after its one step), its next one (running: cut), env 1's (terminated).
+    assert [(c["is_terminated"], c["is_truncated"], c["t"] - c["t_started"]) for c in chunks] == [
+        (False, True, 1), (False, False, UPDATE_STEPS - 3), (True, False, 2)]
+    a, b, c = [0.01, 0.02, 0.03, 0.04], [0.1, 0.2, 0.3, 0.4], [-0.1, 0.0, 0.1, 0.0]
+    np.testing.assert_allclose(chunks[0]["observations"]["data"], [a, b])
+    np.testing.assert_allclose(chunks[2]["observations"]["data"], [a, b, c])
+    assert chunks[2]["rewards"]["data"].tolist() == [0.5, 0.5]
+    assert len({chunk["id_"] for chunk in chunks}) == 3
+
+
 def test_a_server_error_is_reported_with_its_code(cpp):
     def refuse_the_batch(server, conn, message):
         if message["type"] == "EPISODES_AND_GET_STATE":
@@ -795,6 +895,108 @@ def test_served_actions_need_a_runner_that_serves_them(cpp):
     assert result.returncode == 3, result.stderr
     assert "does not serve actions" in result.stderr and "served_actions" in result.stderr
     assert server.types() == ["PING"]  # nothing asked of a runner that did not agree
+
+
+# ----------------------------------------------------------------------
+# Box actions (examples/pendulum.cpp) against a real RLinkEnvRunner in this process
+
+#: Env steps per update of the Pendulum runner: one whole episode.
+PENDULUM_SHARE = 200
+
+
+def pendulum_runner():
+    """An RLinkEnvRunner built from ``configs/ppo_pendulum.yaml``, sampled by hand (its share: one episode)."""
+    from rlinks_rllib import RLinkEnvRunner
+    from rlinks_rllib.training.config_file import build_algorithm_config, load_spec
+
+    spec = load_spec(ROOT / "configs" / "ppo_pendulum.yaml")
+    config = build_algorithm_config(spec, overrides={"rlinks": {"port": 0}, "env_runners": {"num_env_runners": 0}})
+    config.training(train_batch_size_per_learner=PENDULUM_SHARE).env_runners(sample_timeout_s=60.0)
+    return RLinkEnvRunner(config=config, worker_index=0)
+
+
+def check_pendulum_episode(episode, module) -> None:
+    """What RLlib received is what it trains on, and the simulator applied that action unsquashed.
+
+    The actions are the Gaussian's samples under the recorded ``action_dist_inputs`` (which the module
+    computes from the observations, here by torch), ``action_logp`` is RLlib's log-probability of them,
+    and every step follows gymnasium's Pendulum-v1 with the action squashed into [-2, 2] (RLlib's
+    ``normalize_actions``) from the observation before.
+    """
+    import torch
+
+    obs = np.asarray(episode.get_observations(), np.float32)
+    actions = np.asarray(episode.get_actions())
+    rewards = np.asarray(episode.get_rewards(), np.float64)
+    logp = np.asarray(episode.get_extra_model_outputs("action_logp"))
+    inputs = np.asarray(episode.get_extra_model_outputs("action_dist_inputs"), np.float32)
+    assert actions.dtype == np.float32 and actions.shape == (len(episode), 1) and inputs.shape == (len(episode), 2)
+    with torch.no_grad():
+        forward = module.forward_inference({"obs": torch.from_numpy(obs[:-1].copy())})
+        forward = forward["action_dist_inputs"].numpy()
+        dist = module.get_exploration_action_dist_cls().from_logits(torch.from_numpy(inputs))
+        expected_logp = dist.logp(torch.from_numpy(actions)).numpy()
+    np.testing.assert_allclose(inputs, forward, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logp, expected_logp, rtol=1e-5, atol=1e-5)
+    assert np.abs(actions[:, 0] - inputs[:, 0]).mean() > 0.1  # sampled, not the mean
+    theta, theta_dot = np.arctan2(obs[:-1, 1], obs[:-1, 0]), obs[:-1, 2].astype(np.float64)
+    torque = np.clip(-2.0 + (actions[:, 0] + 1.0) * 2.0, -2.0, 2.0).astype(np.float64)
+    new_theta_dot = np.clip(theta_dot + (15.0 * np.sin(theta) + 3.0 * torque) * 0.05, -8.0, 8.0)
+    new_theta = theta + new_theta_dot * 0.05
+    np.testing.assert_allclose(obs[1:], np.stack([np.cos(new_theta), np.sin(new_theta), new_theta_dot], 1), atol=1e-4)
+    angle = (theta + np.pi) % (2 * np.pi) - np.pi
+    np.testing.assert_allclose(rewards, -(angle**2 + 0.1 * theta_dot**2 + 0.001 * torque**2), atol=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_box_actions_reach_rllib_as_it_trains_on_them_local_and_served(cpp, ray_local):
+    """configs/ppo_pendulum.yaml's runner; a C++ client runs the Gaussian policy, then one is served its actions.
+
+    (1) The first share comes from the runner's own weights; (2) new weights reach the client and the
+    next share comes from them; (3) SIGTERM ends the client at once while it waits for the next
+    weights (not at its 120 s timeout); (4) a served client applies the runner's actions.
+    """
+    runner = pendulum_runner()
+    address = "{}:{}".format(*runner.address)
+    clients: list[subprocess.Popen] = []
+
+    def pendulum(*args: str) -> subprocess.Popen:
+        clients.append(subprocess.Popen([str(cpp / "pendulum"), "--address", address, "--timeout", "120", *args],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return clients[-1]
+
+    try:
+        local = pendulum("--seed", "1")
+        (first,) = runner.sample()
+        assert len(first) == PENDULUM_SHARE and first.is_truncated
+        check_pendulum_episode(first, runner.module)
+
+        state = {k: v if k == "pi.log_std_clip_param_const" else v * 1.5 for k, v in runner.module.get_state().items()}
+        runner.set_state({"rl_module": state, "weights_seq_no": 1})
+        (second,) = runner.sample()
+        check_pendulum_episode(second, runner.module)  # the new weights' outputs
+
+        stopping = time.monotonic()
+        local.send_signal(signal.SIGTERM)
+        out, err = local.communicate(timeout=30)
+        assert local.returncode == 0 and "pendulum: stopped" in err, err
+        assert time.monotonic() - stopping < 10  # the wait for weights ended at once
+        assert summary_of(out)["steps"] == 2 * PENDULUM_SHARE and summary_of(out)["weights_seq_no"] == 1
+
+        runner.set_state({"rl_module": runner.module.get_state(), "weights_seq_no": 2})
+        served = pendulum("--served-actions", "--seed", "2")
+        (third,) = runner.sample()
+        check_pendulum_episode(third, runner.module)
+        runner.stop()
+        out, err = served.communicate(timeout=30)
+        assert served.returncode == 0 and "the learner stopped" in err, err
+        assert "actions in Box(-2, 2, (1,)), served" in err
+    finally:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+                client.communicate(timeout=10)
+        runner.stop()
 
 
 # ----------------------------------------------------------------------

@@ -1,22 +1,34 @@
-// Unit tests of the codec, framing, offer, weights, policy, episode builder and served-actions rows.
+// Unit tests of the codec, framing, offer, weights, policy (Discrete and Box), episode builder,
+// served-actions rows, and what EnvClient does without a server (its options, stop(), close()).
 // Prints "N passed, M failed" and exits non-zero on any failure.
 
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "rlinks/action_space.hpp"
 #include "rlinks/address.hpp"
 #include "rlinks/client.hpp"
+#include "rlinks/env_client.hpp"
 #include "rlinks/episode_builder.hpp"
 #include "rlinks/framing.hpp"
 #include "rlinks/messages.hpp"
 #include "rlinks/mlp.hpp"
 #include "rlinks/msgpack.hpp"
 #include "rlinks/offer.hpp"
+#include "rlinks/policy.hpp"
 #include "rlinks/sampling.hpp"
+#include "rlinks/stop_signal.hpp"
 #include "rlinks/served.hpp"
 #include "rlinks/weights.hpp"
 
@@ -506,6 +518,210 @@ void test_served_actions_reply() {
   CHECK_REFUSED(invalid_message, validate_message(make_message(MessageType::act, {{"env", Array{1}}})));
 }
 
+WeightSet box_weights(uint64_t seq_no, float log_std_bias) {
+  // encoder: 2 -> 2, identity; pi head: 2 -> 2, the mean = x0 and the log-std = x1 + log_std_bias.
+  const float identity[4] = {1, 0, 0, 1};
+  const float zero2[2] = {0, 0};
+  const float head_bias[2] = {0, log_std_bias};
+  const float clip[1] = {2};
+  const Value state = Map{{"rl_module", Map{
+                                            {"encoder.encoder.net.mlp.0.weight", NdArray::from_float32({2, 2}, identity)},
+                                            {"encoder.encoder.net.mlp.0.bias", NdArray::from_float32({2}, zero2)},
+                                            {"pi.net.mlp.0.weight", NdArray::from_float32({2, 2}, identity)},
+                                            {"pi.net.mlp.0.bias", NdArray::from_float32({2}, head_bias)},
+                                            {"pi.log_std_clip_param_const", NdArray::from_float32({1}, clip)},
+                                        }},
+                          {"weights_seq_no", seq_no}};
+  return read_weight_set(state);
+}
+
+void test_box_sampling() {
+  // A Gaussian of mean 0.5 and std exp(-1): the draws have its moments, and each logp is that of its draw.
+  const float inputs[2] = {0.5f, -1.0f};
+  std::mt19937_64 rng(11);
+  double sum = 0, squares = 0;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) {
+    float action = 0;
+    const float logp = sample_gaussian(inputs, 1, rng, &action);
+    CHECK(logp == gaussian_logp(inputs, 1, &action));
+    const double z = (action - 0.5) / std::exp(-1.0);
+    CHECK(std::fabs(logp - (-0.5 * z * z + 1.0 - 0.5 * std::log(2 * M_PI))) < 1e-5);
+    sum += action;
+    squares += (action - 0.5) * (action - 0.5);
+  }
+  CHECK(std::fabs(sum / draws - 0.5) < 0.01);
+  CHECK(std::fabs(std::sqrt(squares / draws) - std::exp(-1.0)) < 0.01);
+  const float bad[2] = {std::nanf(""), 0.0f};
+  float ignored = 0;
+  CHECK(throws<UsageError>([&] { sample_gaussian(bad, 1, rng, &ignored); }));
+
+  const float logits[3] = {0.5f, 2.0f, 2.0f};
+  CHECK(greedy_categorical(logits, 3).action == 1 && greedy_categorical(logits, 3).logp == 0.0f);
+  const double total = std::exp(0.5) + 2 * std::exp(2.0);
+  CHECK(std::fabs(categorical_logp(logits, 3, 0) - (0.5 - std::log(total))) < 1e-6);
+  CHECK(throws<UsageError>([&] { categorical_logp(logits, 3, 3); }));
+}
+
+void test_action_spaces() {
+  const ActionSpace pendulum = ActionSpace::box({1}, {-2.0f}, {2.0f});
+  CHECK(pendulum.size() == 1 && pendulum.dist_inputs() == 2 && pendulum.str() == "Box(-2, 2, (1,))");
+  CHECK(ActionSpace::box({2, 3}, {}, {}).str() == "Box(-inf, inf, (2, 3))");
+  CHECK(ActionSpace::discrete(4).str() == "Discrete(4)" && ActionSpace::discrete(4).dist_inputs() == 4);
+  CHECK(throws<UsageError>([] { ActionSpace::box({2}, {1.0f}, {0.0f}); }));
+  CHECK(throws<UsageError>([] { ActionSpace::box({2}, {0, 0, 0}, {1.0f}); }));
+  CHECK(throws<UsageError>([] { ActionSpace::box({}, {}, {}); }));
+  CHECK(throws<UsageError>([] { ActionSpace::discrete(0); }));
+
+  // From a SET_CONFIG description: bounds of any float dtype, or one number for all.
+  const double low[2] = {-1.0, -3.0};
+  const Value box = Map{{"kind", "box"}, {"shape", Array{2}}, {"dtype", "<f4"},
+                        {"low", NdArray(DType{'<', 'f', 8}, {2}, Bytes(reinterpret_cast<const uint8_t*>(low),
+                                                                        reinterpret_cast<const uint8_t*>(low) + 16))},
+                        {"high", NdArray::scalar(DType::float32(), Bytes{0, 0, 128, 63})}};  // 1.0f
+  const ActionSpace read = read_action_space(box);
+  CHECK(read.is_box() && (read.low == std::vector<float>{-1, -3}) && (read.high == std::vector<float>{1, 1}));
+  CHECK(read_action_space(Value(Map{{"kind", "discrete"}, {"n", 3}, {"start", 0}})).n == 3);
+  CHECK(throws<UnsupportedModel>([] { read_action_space(Value(Map{{"kind", "discrete"}, {"n", 3}, {"start", 1}})); }));
+  CHECK(throws<UnsupportedModel>([] { read_action_space(Value(Map{{"kind", "multi_discrete"}})); }));
+
+  // What the env applies: unsquashed from [-1, 1] and clipped, clipped only, or as sampled.
+  const float sampled[1] = {0.25f};
+  CHECK(action_for_env(pendulum, sampled, true, false) == std::vector<float>{0.5f});
+  const float far[1] = {3.0f};
+  CHECK(action_for_env(pendulum, far, true, false) == std::vector<float>{2.0f});
+  CHECK(action_for_env(pendulum, far, false, true) == std::vector<float>{2.0f});
+  CHECK(action_for_env(pendulum, far, false, false) == std::vector<float>{3.0f});
+  CHECK(action_for_env(ActionSpace::box({1}, {}, {}), far, true, true) == std::vector<float>{3.0f});  // unbounded
+  Action discrete;
+  discrete.index = 1;
+  CHECK(discrete.discrete() == 1 && throws<UsageError>([&] { discrete.box(); }));
+}
+
+void test_box_policy() {
+  const ActionSpace space = ActionSpace::box({1}, {-2.0f}, {2.0f});
+  LocalPolicy policy(box_weights(5, 0.0f), space, "linear", "relu");
+  CHECK(policy.observation_size() == 2 && policy.seq_no() == 5);
+  std::mt19937_64 rng(3);
+  const float obs[2] = {0.25f, -1.0f};  // mean 0.25, log-std -1
+  const PolicyOutput out = policy.compute(obs, rng);
+  CHECK((out.dist_inputs == std::vector<float>{0.25f, -1.0f}) && out.sampled.size() == 1);
+  CHECK(out.logp == gaussian_logp(out.dist_inputs.data(), 1, out.sampled.data()));
+  CHECK(out.for_env.box() == action_for_env(space, out.sampled.data(), true, false));
+  // The log-std is clamped to the module's log_std_clip_param (2 here).
+  const float wide[2] = {0.0f, 7.0f};
+  CHECK(policy.compute(wide, rng).dist_inputs[1] == 2.0f);
+
+  LocalPolicy greedy(box_weights(5, 0.0f), space, "linear", "relu", PolicyOptions{false, true, false});
+  const PolicyOutput mean = greedy.compute(obs, rng);
+  CHECK(mean.sampled == std::vector<float>{0.25f} && mean.logp == 0.0f && mean.for_env.box() == std::vector<float>{0.5f});
+
+  // Older weights are ignored (PROTOCOL.md 8); newer ones run; weights of another module are refused.
+  policy.set_weights(box_weights(4, 1.0f));
+  CHECK(policy.seq_no() == 5 && policy.compute(obs, rng).dist_inputs[1] == -1.0f);
+  policy.set_weights(box_weights(6, 1.0f));
+  CHECK(policy.seq_no() == 6 && policy.compute(obs, rng).dist_inputs[1] == 0.0f);
+  CHECK(throws<UnsupportedModel>([&] { LocalPolicy(tiny_weights(), space, "tanh", "relu"); }));  // 3 outputs
+  CHECK(throws<UnsupportedModel>([] { LocalPolicy(box_weights(1, 0), ActionSpace::discrete(3), "tanh", "relu"); }));
+  const float nan_obs[2] = {std::nanf(""), 0.0f};
+  CHECK(throws<UsageError>([&] { policy.compute(nan_obs, rng); }));
+}
+
+void test_episode_builder_box_actions() {
+  EpisodeBuilder builder(2, {{"action_dist_inputs", 2}, {"action_logp", 0}}, 65536, {1});
+  const float observation[2] = {0, 1}, inputs[2] = {0.1f, -0.5f}, logp = -1.0f;
+  builder.reset(observation);
+  const float actions[3] = {0.5f, -0.25f, 1.5f};
+  for (const float& action : actions) builder.step_box(&action, 1.0, observation, false, false, {inputs, &logp});
+  CHECK(throws<UsageError>([&] { builder.step(0, 1.0, observation, false, false, {inputs, &logp}); }));
+  builder.truncate();  // ends it where it stands
+  CHECK(!builder.running());
+  const std::vector<Value> chunks = builder.take_chunks();
+  CHECK(chunks.size() == 1 && *chunks[0].find("is_truncated") == Value(true));
+  const NdArray& recorded = chunks[0].find("actions")->find("data")->as_ndarray();
+  CHECK(recorded.dtype().str() == "<f4" && (recorded.shape() == std::vector<uint64_t>{3, 1}) && recorded.number(2) == 1.5);
+  builder.reset(observation);
+  builder.truncate();  // no steps: dropped
+  CHECK(builder.take_chunks().empty());
+  EpisodeBuilder discrete(2, {});
+  discrete.reset(observation);
+  CHECK(throws<UsageError>([&] { discrete.step_box(actions, 1.0, observation, false, false, {}); }));
+}
+
+// A TCP port that takes connections (the kernel completes the handshake) and never answers.
+class SilentListener {
+ public:
+  SilentListener() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&address), length);
+    ::listen(fd_, 8);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
+
+EnvClient* signalled_client = nullptr;
+void stop_signalled_client(int) { signalled_client->stop(); }
+
+// Seconds until connect() gives up, when `stop` is called (on another thread) after 0.2 s; the
+// listener never answers the handshake, so only the stop ends the wait before its 30 s timeout.
+double seconds_to_stop(EnvClient& client, const std::function<void()>& stop) {
+  const auto started = std::chrono::steady_clock::now();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop();
+  });
+  const bool closed = throws<ClientClosed>([&] { client.connect(); });
+  stopper.join();
+  CHECK(closed && client.stopped() && !client.running());
+  CHECK(throws<ClientClosed>([&] { client.act(0, std::vector<float>{0, 0, 0, 0}); }));  // and every later call
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+void test_env_client_without_a_server() {
+  EnvClientOptions bad;
+  bad.num_envs = 0;
+  CHECK(throws<UsageError>([&] { EnvClient("127.0.0.1:9", bad); }));
+  CHECK(throws<UsageError>([] { EnvClient("no port here"); }));
+  CHECK(EnvClientOptions().connection.reliable);  // reliable by default, as the Python EnvClient
+
+  EnvClientOptions options;
+  options.connection.timeout_s = 30;
+  options.connection.retry_attempts = 1;
+  options.num_envs = 3;
+  CHECK((EnvClient("127.0.0.1:9", options).all_envs() == std::vector<uint32_t>{0, 1, 2}));
+
+  // stop() from another thread, and from a signal handler: a wait under way ends at once.
+  SilentListener silent;
+  EnvClient threaded(silent.address(), options);
+  CHECK(seconds_to_stop(threaded, [&] { threaded.stop(); }) < 5);
+  EnvClient signalled(silent.address(), options);
+  signalled_client = &signalled;
+  const auto previous = std::signal(SIGUSR1, stop_signalled_client);
+  CHECK(seconds_to_stop(signalled, [] { std::raise(SIGUSR1); }) < 5);
+  std::signal(SIGUSR1, previous);
+  // run() ends quietly on a stop.
+  CHECK(signalled.run([&] { signalled.act(1, std::vector<float>{0, 0, 0, 0}); }) == Ending::stopped);
+
+  // Closed, a client takes no more calls; a stop before any call ends the first one.
+  EnvClient closed("127.0.0.1:9", options);
+  closed.close();
+  CHECK(throws<ClientClosed>([&] { closed.connect(); }) && !closed.running() && !closed.stopped());
+  EnvClient early("127.0.0.1:9", options);
+  early.stop();
+  CHECK(throws<ClientClosed>([&] { early.connect(); }));
+  CHECK(std::isnan(early.stats().mean_return) && early.stats().steps == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -522,6 +738,11 @@ int main() {
       {"episode builder", test_episode_builder},
       {"served rows", test_served_rows},
       {"served actions reply", test_served_actions_reply},
+      {"box sampling", test_box_sampling},
+      {"action spaces", test_action_spaces},
+      {"box policy", test_box_policy},
+      {"episode builder box actions", test_episode_builder_box_actions},
+      {"env client without a server", test_env_client_without_a_server},
   };
   int passed = 0, failed = 0;
   for (const auto& [name, test] : tests) {
