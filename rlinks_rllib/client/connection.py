@@ -807,10 +807,13 @@ class RLinkClient:
         ``op`` must be safe to run again: it checks what the reconnection
         already resent. ``job`` is the on-policy batch ``op`` waits on, if
         any (see :meth:`_resume`). Any exception closes the connection, since
-        the stream may be mid-frame or a reply may still be on its way.
+        the stream may be mid-frame or a reply may still be on its way. A
+        reconnection that fails raises ConnectFailed caused by the drop it was
+        for (the learner's ``shutting_down``, say).
         """
         self._check_open()
         recoveries = 0
+        dropped: Optional[BaseException] = None
         while True:
             try:
                 if self._link is None:
@@ -836,6 +839,12 @@ class RLinkClient:
                 self._log.warning("connection to %s lost during %s (%s); reconnecting", self.address, what, exc)
                 self._sleep(self._retry.delay(recoveries))
                 recoveries += 1
+                dropped = exc
+            except ConnectFailed as exc:
+                self._discard_connection()
+                if dropped is None:
+                    raise
+                raise exc from dropped
             except BaseException:
                 self._discard_connection()
                 raise

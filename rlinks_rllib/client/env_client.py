@@ -196,6 +196,12 @@ class EnvClient:
         return self._multi_agent
 
     @property
+    def policy(self) -> Any:
+        """The policy run here (``NumpyPolicy``, ``OnnxPolicy``, or a ``PolicySet`` for many agents);
+        ``None`` when the runner serves the actions or before connecting (this does not connect)."""
+        return self._engine.policy if isinstance(self._engine, LocalInference) else None
+
+    @property
     def running(self) -> bool:
         """False once the learner ended the run, :meth:`stop` was called, or the client was closed."""
         return not (self._ended or self._closed or self._stopping.is_set())
@@ -277,7 +283,7 @@ class EnvClient:
         Args:
             obs: one env: its observation. ``num_envs``: a batch (an array or
                 a list, one row per env of the call). Multi-agent: ``{agent: obs}``
-                for the agents that act now.
+                as the env gives it (agents that left at the last report get no action).
             env: ``num_envs`` only: the envs of the rows (default: all, in order);
                 multi-agent: the env id when ``num_envs`` is set.
 

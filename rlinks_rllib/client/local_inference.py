@@ -83,6 +83,8 @@ class LocalInference:
         self._state: dict[int, dict] = {}
         #: Envs whose running episode is not trained on (acted on, never recorded).
         self._untrained: set[int] = set()
+        #: Multi-agent: the agents that left an env at its last report (their final observation acts on nothing).
+        self._left: dict[int, set[str]] = {}
         self._unsent = 0
         self._sender = None if on_policy else BackgroundSender(
             client, timeout=timeout, weights_every_s=weights_every_s, logger=logger)
@@ -106,6 +108,7 @@ class LocalInference:
         if recorder is None:
             recorder = self._recorders[env] = self._new_recorder()
         self._pending.pop(env, None)
+        self._left.pop(env, None)
         recorder.truncate()
         if train:
             self._untrained.discard(env)
@@ -117,7 +120,8 @@ class LocalInference:
 
     def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> Any:
         """Actions for ``rows`` (one observation per env, each env with a running episode): an array
-        with one row per env, or a list of ``{agent: action}`` for a multi-agent runner.
+        with one row per env, or a list of ``{agent: action}`` for a multi-agent runner (agents that
+        left at the env's last report, whose final observations an env gives once more, get none).
 
         With ``taken`` (one action per row, as the env takes it) the simulator
         chose the actions itself: they are recorded with the policy's
@@ -133,7 +137,9 @@ class LocalInference:
         if self.multi_agent is not None:
             actions = []
             for env, obs in zip(envs, rows):
-                outputs = self.policy.compute_actions(obs, explore=self._explore)
+                left = self._left.get(env, ())
+                acting = {agent: o for agent, o in obs.items() if agent not in left}
+                outputs = self.policy.compute_actions(acting, explore=self._explore)
                 self._pending[env] = outputs
                 actions.append({agent: out.action_for_env for agent, out in outputs.items()})
             return actions
@@ -159,6 +165,9 @@ class LocalInference:
         """
         out = self._pending.pop(env)
         recorder = self._recorders[env]
+        if self.multi_agent is not None:
+            self._left[env] = {agent for flags in (terminated, truncated) for agent, done in (flags or {}).items()
+                               if done and agent != ALL}
         if env in self._untrained:
             if self.stateful:
                 self._state[env] = out.state_out

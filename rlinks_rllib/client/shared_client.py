@@ -5,7 +5,8 @@ serialises its calls with a lock, so the loop (asking for weights, for a new
 agent's module, for actions) and a sender thread (delivering batches) can
 share one connection. It also turns the learner's ``shutting_down`` into
 :class:`~.errors.TrainingEnded`, the one exception a simulator's loop is
-expected to end on.
+expected to end on: at once, or for a reliable client once it could not
+reconnect after it (a learner that stopped and did not come back).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 from ..protocol.errors import ErrorCode
 from .connection import RLinkClient
-from .errors import ServerError, TrainingEnded
+from .errors import ConnectFailed, ConnectionLost, ServerError, TrainingEnded
 
 __all__ = ["SharedClient"]
 
@@ -37,7 +38,8 @@ class SharedClient:
         """``method(*args)`` (an RLinkClient method) under the lock.
 
         Raises:
-            TrainingEnded: the learner said ``shutting_down``.
+            TrainingEnded: the learner said ``shutting_down`` (and, reliable,
+                could not be reached again within the retry budget).
             Whatever ``method`` raises otherwise.
         """
         with self._lock:
@@ -48,6 +50,11 @@ class SharedClient:
             except ServerError as exc:
                 if exc.code == ErrorCode.SHUTTING_DOWN:
                     raise TrainingEnded(exc.code, exc.message) from None
+                raise
+            except (ConnectFailed, ConnectionLost) as exc:
+                ended = exc.__cause__
+                if isinstance(ended, ServerError) and ended.code == ErrorCode.SHUTTING_DOWN:
+                    raise TrainingEnded(ended.code, ended.message) from exc
                 raise
 
     def close(self) -> None:
