@@ -15,18 +15,15 @@ agent whose numbers change while an episode runs:
 
 An episode ends after 40 ticks (``__all__`` truncated). The learner's config
 (``configs/ppo_multi_agent.yaml``) maps ``seeker_*`` to the module ``seeker``
-and ``signal_*`` to ``signal``; the mapping comes from the runner in
-``SET_CONFIG``, so this script names no module itself.
+and ``signal_*`` to ``signal``; the mapping comes from the runner, so this
+script names no module itself.
 
-What a multi-agent client does (numpy and msgpack only, no Ray):
-
-1. connect offering ``multi_agent``; read the modules and agent mapping;
-2. build one numpy policy per module from the one ``SET_STATE``
-   (:class:`~rlinks_rllib.client.multi_agent.PolicySet`), and compute the
-   actions of all agents of a module in one batched call per tick;
-3. record the ticks with a ``MultiAgentEpisodeBuilder``;
-4. send its chunks once the runner's ``want_steps`` are in, and take the new
-   weights.
+The loop is the single-agent one with dicts by agent id, as RLlib's
+``MultiAgentEnv`` gives them: ``client.act(obs)`` computes the actions of all
+agents of a module in one batched call (agents that just left, with their
+final observation, get none), ``client.report(...)`` records the tick, and
+EnvClient sends the runner's share and takes the new weights. Numpy and
+msgpack only, no Ray.
 
 Run a learner first (``rlinks learner --config configs/ppo_multi_agent.yaml``),
 then ``rlinks client --script examples/multi_agent_client.py -n 2``.
@@ -42,12 +39,8 @@ import sys
 
 import numpy as np
 
-from rlinks_rllib.client import RLinkClient, ServerError
-from rlinks_rllib.client.multi_agent import MULTI_AGENT_EXTENSIONS, PolicySet, read_multi_agent_config
-from rlinks_rllib.protocol.errors import ErrorCode
-from rlinks_rllib.protocol.multi_agent_builder import ALL, MultiAgentEpisodeBuilder
-
-log = logging.getLogger("multi_agent_client")
+from rlinks_rllib.client import EnvClient
+from rlinks_rllib.protocol.multi_agent_builder import ALL
 
 EPISODE_TICKS = 40
 SEEKER_TICKS = 12
@@ -137,63 +130,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     """The simulator loop until ``--max-steps``, SIGTERM or the learner's end; return a summary."""
     env = Beacons(args.seed)
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # Not reliable: the learner's end ends the run (a reliable client would wait for it to come back).
+    client = EnvClient(args.address, inference="local", seed=args.seed, reliable=False, timeout=args.timeout,
+                       retry_attempts=args.retry_attempts)
+    signal.signal(signal.SIGTERM, lambda *_: client.stop())
     returns: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=20))
-    episodes = 0
-    client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
-                         extensions=MULTI_AGENT_EXTENSIONS)
-    builder = None
-    try:
-        client.connect()
-        description = client.get_config()
-        multi_agent = read_multi_agent_config(description)
-        if multi_agent is None:
+    episode_return: collections.Counter = collections.Counter()
+    agent_steps = 0
+
+    with client:
+        if not client.connect().multi_agent:
             raise SystemExit(f"{args.address} serves a single-agent config; run dummy_cartpole_client.py instead")
-        update = client.get_state()
-        activation = description["model_config"].get("fcnet_activation", "tanh")
-        policies = PolicySet(multi_agent, update.params, fcnet_activation=activation,
-                             rng=np.random.default_rng(args.seed))
-        fragment = description["rollout_fragment_length"]
-        want = fragment if update.want_steps is None else update.want_steps
-        builder = MultiAgentEpisodeBuilder(module_for=policies.module_for, count_steps_by=multi_agent.count_steps_by)
         obs, _ = env.reset()
-        builder.reset(obs)
-        episode_return: collections.Counter = collections.Counter()
-        while builder.env_steps_total + builder.num_env_steps < args.max_steps and not stopping:
-            if want > 0:
-                # Every agent that got an observation acts; one forward pass per module.
-                outputs = policies.compute_actions(builder.observations_to_act())  # not the agents that left
-                actions = {a: out.action_for_env for a, out in outputs.items()}
-                extras = {a: {"action_logp": out.action_logp, "action_dist_inputs": out.action_dist_inputs}
-                          for a, out in outputs.items()}
-                obs, rewards, terminateds, truncateds, _ = env.step(actions)
-                builder.step({a: out.action for a, out in outputs.items()}, rewards, obs, terminateds, truncateds,
-                             extras)
-                for agent_id, reward in rewards.items():
-                    episode_return[policies.module_for(agent_id)] += reward
-                if terminateds[ALL] or truncateds[ALL]:
-                    for module_id in multi_agent.modules:
-                        returns[module_id].append(episode_return[module_id])
-                    episodes, episode_return = episodes + 1, collections.Counter()
-                    obs, _ = env.reset()
-                    builder.reset(obs)
-                if builder.num_steps < want:
-                    continue
-            update = client.send_episodes_and_get_state(builder.take_chunks())
-            policies.set_params(update.params)
-            # want == 0: the runner has all it needs for this update; ask again with nothing.
-            want = fragment if update.want_steps is None else update.want_steps
-    except ServerError as exc:
-        if exc.code != ErrorCode.SHUTTING_DOWN:
-            raise
-        log.info("the learner stopped; done")
-    finally:
-        client.close()
-    summary = {"env_steps": builder.env_steps_total if builder else 0,
-               "agent_steps": builder.agent_steps_total if builder else 0, "episodes": episodes}
+        for _ in range(args.max_steps):
+            actions = client.act(obs)  # {agent: action}, one forward pass per module
+            obs, rewards, terminateds, truncateds, _ = env.step(actions)
+            client.report(rewards, obs, terminateds, truncateds)
+            agent_steps += len(actions)
+            for agent_id, reward in rewards.items():
+                episode_return[client.policy.module_for(agent_id)] += reward
+            if terminateds[ALL] or truncateds[ALL]:  # the next act starts the next episode
+                for module_id, value in episode_return.items():
+                    returns[module_id].append(value)
+                episode_return = collections.Counter()
+                obs, _ = env.reset()
+    stats = client.stats
+    summary = {"env_steps": stats.steps, "agent_steps": agent_steps, "episodes": stats.episodes}
     for module_id, values in sorted(returns.items()):
-        summary[f"return_{module_id}"] = float(np.mean(values)) if values else float("nan")
+        summary[f"return_{module_id}"] = float(np.mean(values))
     return summary
 
 

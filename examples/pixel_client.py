@@ -14,9 +14,8 @@ Run a learner, then clients::
     rlinks client --script examples/pixel_client.py --address 127.0.0.1:5565 -n 2
 
 The loop is the dummy CartPole client's (``examples/dummy_cartpole_client.py``,
-the template with every option); what differs is the observation, a dict
-that the episode builder records as one stacked array per key, and the
-policy, which :func:`policy_for` picks from the runner's config.
+the template with every option): only the observation differs, a dict that
+EnvClient passes to the policy and records as it is.
 """
 
 from __future__ import annotations
@@ -29,13 +28,7 @@ import sys
 
 import numpy as np
 
-from rlinks_rllib.client import RLinkClient, ServerError
-from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
-from rlinks_rllib.client.policy_choice import policy_for
-from rlinks_rllib.protocol.errors import ErrorCode
-
-log = logging.getLogger("pixel_client")
+from rlinks_rllib.client import EnvClient
 
 
 class CursorToTarget:
@@ -87,52 +80,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     """Run the simulator until ``--max-steps``, SIGTERM or the learner's end; return a summary."""
     sim = CursorToTarget(args.seed)
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    steps = episodes = 0
-    policy = None
-    returns: collections.deque[float] = collections.deque(maxlen=50)
-    client = RLinkClient(args.address, timeout=args.timeout, retry_attempts=args.retry_attempts,
-                         extensions=[*DEFAULT_EXTENSIONS, "policy_graph"])
-    try:
-        client.connect()
-        config = client.get_config()  # with the exported graph: we asked for 'policy_graph'
-        update = client.get_state()
-        policy = policy_for(config, update.params, rng=np.random.default_rng(args.seed))
-        want = config["rollout_fragment_length"] if update.want_steps is None else update.want_steps
-        log.info("connected to %s; running %s", args.address, type(policy).__name__)
+    # "local": the policy runs here, as the graph the runner exports for its CNN+MLP module. Not
+    # reliable: the learner's end ends the run (a reliable client would wait for it to come back).
+    client = EnvClient(args.address, inference="local", seed=args.seed, reliable=False, timeout=args.timeout,
+                       retry_attempts=args.retry_attempts)
+    signal.signal(signal.SIGTERM, lambda *_: client.stop())
+    returns, episode_return = collections.deque(maxlen=50), 0.0
 
-        builder = EpisodeBuilder()
+    with client:
         obs = sim.reset()
-        builder.reset(obs)
-        episode_return = 0.0
-        while steps < args.max_steps and not stopping:
-            if want > 0:
-                out = policy.compute_action(obs)
-                obs, reward, terminated, truncated = sim.step(int(out.action_for_env))
-                builder.step(out.action, reward, obs, terminated, truncated,
-                             extra={"action_logp": out.action_logp, "action_dist_inputs": out.action_dist_inputs})
-                steps += 1
-                episode_return += reward
-                if terminated or truncated:
-                    returns.append(episode_return)
-                    episodes, episode_return = episodes + 1, 0.0
-                    obs = sim.reset()
-                    builder.reset(obs)
-                if builder.num_steps < want:
-                    continue
-            update = client.send_episodes_and_get_state(builder.take_chunks())
-            policy.set_params(update.params)
-            want = update.want_steps if update.want_steps is not None else config["rollout_fragment_length"]
-    except ServerError as exc:
-        if exc.code != ErrorCode.SHUTTING_DOWN:
-            raise
-        log.info("the learner stopped; done")
-    finally:
-        client.close()
-    mean = float(np.mean(returns)) if returns else float("nan")
-    return {"steps": steps, "episodes": episodes, "mean_return_last_50": round(mean, 3),
-            "policy": type(policy).__name__}
+        for _ in range(args.max_steps):
+            action = client.act(obs)
+            obs, reward, terminated, truncated = sim.step(int(action))
+            client.report(reward, obs, terminated, truncated)
+            episode_return += reward
+            if terminated or truncated:  # the next act starts the next episode
+                returns.append(episode_return)
+                obs, episode_return = sim.reset(), 0.0
+    stats = client.stats
+    return {"steps": stats.steps, "episodes": stats.episodes,
+            "mean_return_last_50": round(float(np.mean(returns)) if returns else float("nan"), 3),
+            "policy": type(client.policy).__name__}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,22 +1,20 @@
 """A client whose task needs memory: the cue shows at the first step only, the answer is asked at the last.
 
-Run by tests/test_recurrent.py. It asks the runner for its policy graph (an
-LSTM), carries the state from step to step, and records ``state_out`` so the
-learner can resume every sequence where the client was.
+Run by tests/test_recurrent.py. The runner's module is an LSTM: EnvClient runs
+its exported graph, carries the state from step to step (a fresh one each
+episode) and records ``state_out`` so the learner can resume every sequence
+where the client was.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 import numpy as np
 
-from rlinks_rllib.client import RLinkClient, ServerError
-from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
-from rlinks_rllib.client.policy_choice import policy_for
-from rlinks_rllib.protocol.errors import ErrorCode
+from rlinks_rllib.client import EnvClient
 
 DELAY = 3  # blank steps between the cue and the question
 
@@ -53,45 +51,21 @@ def main() -> int:
     parser.add_argument("--address", required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    sim = RememberTheCue(rng)
-    client = RLinkClient(args.address, timeout=120, extensions=[*DEFAULT_EXTENSIONS, "policy_graph"])
-    steps = 0
-    try:
-        client.connect()
-        config = client.get_config()
-        update = client.get_state()
-        policy = policy_for(config, update.params, rng=rng)
-        assert policy.stateful, "the runner's module should be an LSTM"
-        want = config["rollout_fragment_length"] if update.want_steps is None else update.want_steps
-        builder = EpisodeBuilder()
+    sim = RememberTheCue(np.random.default_rng(args.seed))
+    client = EnvClient(args.address, inference="local", seed=args.seed, reliable=False, timeout=120)
+    signal.signal(signal.SIGTERM, lambda *_: client.stop())
+
+    with client:
+        if not client.connect().policy.stateful:
+            raise SystemExit("the runner's module should be an LSTM")
         obs = sim.reset()
-        builder.reset(obs)
-        state = {key: value[0] for key, value in policy.initial_state().items()}
         while True:
-            if want > 0:
-                out = policy.compute_action(obs, state=state)
-                obs, reward, done = sim.step(int(out.action_for_env))
-                builder.step(out.action, reward, obs, done, False,
-                             extra={"action_logp": out.action_logp, "action_dist_inputs": out.action_dist_inputs,
-                                    "state_out": out.state_out})
-                state = out.state_out
-                steps += 1
-                if done:
-                    obs = sim.reset()
-                    builder.reset(obs)
-                    state = {key: value[0] for key, value in policy.initial_state().items()}
-                if builder.num_steps < want:
-                    continue
-            update = client.send_episodes_and_get_state(builder.take_chunks())
-            policy.set_params(update.params)
-            want = config["rollout_fragment_length"] if update.want_steps is None else update.want_steps
-    except ServerError as exc:
-        if exc.code != ErrorCode.SHUTTING_DOWN:
-            raise
-    finally:
-        client.close()
-    print(f"summary: steps={steps}", flush=True)
+            action = client.act(obs)
+            obs, reward, done = sim.step(int(action))
+            client.report(reward, obs, terminated=done)
+            if done:
+                obs = sim.reset()
+    print(f"summary: steps={client.stats.steps}", flush=True)
     return 0
 
 
