@@ -889,6 +889,17 @@ def test_served_actions_start_every_episode_again_after_a_reconnect(cpp):
     np.testing.assert_array_equal(np.asarray(resent.obs), np.asarray(dropped.obs)[dropped.wants_action])
 
 
+def test_a_module_this_client_cannot_run_is_served_by_the_runner(cpp, monkeypatch):
+    """Inference::automatic: weights that are not RLlib's default MLP make the runner compute the actions."""
+    monkeypatch.setitem(PARAMS, "encoder.lstm.weight_ih_l0", np.ones((8, 4), np.float32))
+    with ServedPeer() as peer:
+        result = cartpole(cpp, "--address", peer.address, "--max-steps", "300")
+    assert result.returncode == 0, result.stderr
+    assert "unexpected parameter 'encoder.lstm.weight_ih_l0'" in result.stderr
+    assert "the runner computes the actions" in result.stderr and "actions served by the learner" in result.stderr
+    assert summary_of(result.stdout)["steps"] == 300 and len(peer.acts) == 301
+
+
 def test_served_actions_need_a_runner_that_serves_them(cpp):
     with ScriptedRunner() as server:  # rlinks' extensions, but not served_actions
         result = cartpole(cpp, "--served-actions", "--address", server.address, "--max-steps", "100")

@@ -7,7 +7,8 @@ namespace rlinks {
 LocalInference::LocalInference(SharedClient& client, LocalPolicy policy, const WeightsUpdate& first,
                                const Setup& setup, std::mt19937_64 rng)
     : client_(client), policy_(std::move(policy)), rng_(rng), fragment_(setup.fragment),
-      want_(first.want_steps.value_or(setup.fragment)), recorders_(setup.num_envs), pending_(setup.num_envs),
+      want_(first.want_steps.value_or(setup.fragment)), recorders_(setup.num_envs), outputs_(setup.num_envs),
+      pending_(setup.num_envs, false),
       seq_no_(policy_.seq_no()) {
   if (!setup.on_policy) {
     sender_ = std::make_unique<BackgroundSender>(client, setup.timeout_s, setup.weights_every_s, setup.queue_batches);
@@ -30,7 +31,7 @@ EpisodeBuilder& LocalInference::recorder(uint32_t env) {
 
 void LocalInference::start(uint32_t env, const float* obs) {
   EpisodeBuilder& episode = recorder(env);
-  pending_[env].reset();
+  pending_[env] = false;
   episode.truncate();
   episode.reset(obs);
 }
@@ -41,15 +42,16 @@ std::vector<Action> LocalInference::act(const std::vector<uint32_t>& envs, const
   actions.reserve(envs.size());
   const size_t size = policy_.observation_size();
   for (size_t i = 0; i < envs.size(); ++i) {
-    pending_[envs[i]] = policy_.compute(rows + i * size, rng_);
-    actions.push_back(pending_[envs[i]]->for_env);
+    policy_.compute(rows + i * size, rng_, outputs_[envs[i]]);
+    pending_[envs[i]] = true;
+    actions.push_back(outputs_[envs[i]].for_env);
   }
   return actions;
 }
 
 bool LocalInference::report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) {
-  PolicyOutput out = std::move(*pending_[env]);
-  pending_[env].reset();
+  const PolicyOutput& out = outputs_[env];
+  pending_[env] = false;
   EpisodeBuilder& episode = recorder(env);
   if (out.sampled.empty()) {
     episode.step(out.for_env.index, reward, obs, terminated, truncated, {out.dist_inputs.data(), &out.logp});
@@ -69,7 +71,7 @@ void LocalInference::after_report() {
 }
 
 void LocalInference::end(uint32_t env) {
-  pending_[env].reset();
+  pending_[env] = false;
   if (recorders_[env] != nullptr) recorders_[env]->truncate();
 }
 

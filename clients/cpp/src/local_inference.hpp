@@ -40,7 +40,7 @@ class LocalInference : public Engine {
   ~LocalInference() override;
 
   bool is_open(uint32_t env) const override;
-  bool awaiting_report(uint32_t env) const override { return pending_[env].has_value(); }
+  bool awaiting_report(uint32_t env) const override { return pending_[env]; }
   void start(uint32_t env, const float* obs) override;
   std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows) override;
   bool report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) override;
@@ -63,8 +63,9 @@ class LocalInference : public Engine {
   const uint64_t fragment_;
   uint64_t want_;
   std::vector<std::unique_ptr<EpisodeBuilder>> recorders_;
-  // The output each env acted with and has not reported the outcome of yet.
-  std::vector<std::optional<PolicyOutput>> pending_;
+  // The output each env acted with last, and whether its outcome is still to be reported.
+  std::vector<PolicyOutput> outputs_;
+  std::vector<char> pending_;
   uint64_t unsent_ = 0;
   std::atomic<uint64_t> seq_no_;
   std::unique_ptr<BackgroundSender> sender_;  // off-policy only

@@ -22,6 +22,11 @@ void LocalPolicy::set_weights(const WeightSet& weights) {
 
 PolicyOutput LocalPolicy::compute(const float* observation, std::mt19937_64& rng) {
   PolicyOutput out;
+  compute(observation, rng, out);
+  return out;
+}
+
+void LocalPolicy::compute(const float* observation, std::mt19937_64& rng, PolicyOutput& out) {
   out.dist_inputs = network_.logits(observation);
   for (float x : out.dist_inputs) {
     if (!std::isfinite(x)) throw UsageError("the policy put out NaN or inf: is the observation finite?");
@@ -32,7 +37,7 @@ PolicyOutput LocalPolicy::compute(const float* observation, std::mt19937_64& rng
                                                    : greedy_categorical(inputs, out.dist_inputs.size());
     out.for_env.index = sampled.action;
     out.logp = sampled.logp;
-    return out;
+    return;
   }
   const size_t size = space_.size();
   out.sampled.resize(size);
@@ -42,7 +47,6 @@ PolicyOutput LocalPolicy::compute(const float* observation, std::mt19937_64& rng
     out.sampled.assign(inputs, inputs + size);
   }
   out.for_env.values = action_for_env(space_, out.sampled.data(), options_.normalize_actions, options_.clip_actions);
-  return out;
 }
 
 }  // namespace rlinks

@@ -42,6 +42,8 @@ class LocalPolicy {
   // The action for one observation of observation_size() floats. Throws
   // UsageError when the network puts out NaN or inf.
   PolicyOutput compute(const float* observation, std::mt19937_64& rng);
+  // The same into `out`, reusing its buffers (no allocation per step once they have grown).
+  void compute(const float* observation, std::mt19937_64& rng, PolicyOutput& out);
 
   size_t observation_size() const { return network_.observation_size(); }
   const ActionSpace& action_space() const { return space_; }
