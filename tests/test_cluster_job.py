@@ -5,7 +5,7 @@ submitted with ``--working-dir .``; dummy clients started by the test (not
 the job) against the runners the learner lists; the job must end SUCCEEDED.
 Teardown stops that cluster and only that one (never ``ray stop``, which
 ends every Ray on the machine), then checks none of its processes is left.
-README.md ("Running on a cluster") tells the same story for people.
+docs/CLUSTER.md ("Running on a cluster") tells the same story for people.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def _submit_on_both_workers(run: Training, resume: str | None = None) -> None:
         placed = {a.split(":")[0] for a in _runners(output).values()}
         if placed == workers or attempt == PLACEMENT_ATTEMPTS:
             return
-        # Ray put both runners on one worker (it may: see README); a fresh job places them again.
+        # Ray put both runners on one worker (it may: docs/CLUSTER.md); a fresh job places them again.
         say(f"runners placed on {placed} only; submitting again")
         cluster.ray.stop_job(run.job[0])
         cluster.ray.wait_job(run.job[0], 120)

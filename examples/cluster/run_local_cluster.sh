@@ -9,7 +9,7 @@
 # Settings (environment): CONFIG (configs/ppo_cartpole.yaml), STOP_REWARD (150),
 # STOP_ITERS (40), CLIENTS_PER_RUNNER (2), JOB_TIMEOUT_S (300).
 # Needs `ray job submit`, i.e. `pip install 'ray[default]'` (the dashboard's job server).
-# README.md ("Running on a cluster") explains each step and the Ray gotchas it works around.
+# docs/CLUSTER.md ("Running on a cluster") explains each step and the Ray gotchas it works around.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
