@@ -771,6 +771,22 @@ def test_the_learner_shutting_down_ends_the_run(cpp):
     assert "the learner stopped" in result.stderr and summary_of(result.stdout)["steps"] == 2 * UPDATE_STEPS
 
 
+def test_a_reliable_client_ends_quietly_when_the_learner_stopped_for_good(cpp):
+    """shutting_down, then every reconnection refused the same way: the learner's end, not a failure to connect."""
+    def stopped_for_good(server, conn, message):
+        if conn.index > 0 or message.get("seq") == 2:
+            conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is stopping"})
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=stopped_for_good) as server:
+        result = cartpole(cpp, "--address", server.address, "--max-steps", "1000", "--reliable",
+                          "--retry-attempts", "2")
+    assert result.returncode == 0, result.stderr
+    assert "the learner stopped" in result.stderr and server.connections == 3  # the first, then 2 attempts
+    assert summary_of(result.stdout)["steps"] == 2 * UPDATE_STEPS
+
+
 def test_a_reply_out_of_turn_is_unexpected_message(cpp):
     def pong_instead_of_weights(server, conn, message):
         if message["type"] == "GET_STATE":

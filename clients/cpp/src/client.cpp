@@ -94,11 +94,14 @@ void Client::warn(const std::string& text) const {
 
 // Runs `operation` on a live connection; when reliable, reconnects and runs it
 // again after a drop, so `operation` must check what the reconnection resent.
+// When the drop was the learner's shutting_down and no reconnection works
+// (the learner stopped for good), that ERROR is what the call throws.
 template <class Operation>
 auto Client::run(const char* what, Operation operation) {
   if (closed_) throw UsageError("this client was closed; make a new one");
   if (options_.stop && options_.stop->raised()) throw ClientClosed(std::string(what) + ": stopped");
   int recoveries = 0;
+  std::optional<ServerError> shut_down;  // the last drop, when it was the learner's shutting_down
   while (true) {
     try {
       if (transport_ == nullptr) connect_with_retries();
@@ -106,11 +109,18 @@ auto Client::run(const char* what, Operation operation) {
     } catch (const ConnectionLost& error) {
       discard_connection();
       if (!options_.reliable) throw;
+      shut_down.reset();
       recover(what, error.what(), recoveries);
     } catch (const ServerError& error) {
       discard_connection();
-      if (!options_.reliable || error.code() != kShuttingDown) throw;
+      if (!options_.reliable || error.code() != kShuttingDown || recoveries >= options_.retry_attempts) throw;
+      shut_down = error;
       recover(what, error.what(), recoveries);
+    } catch (const ConnectFailed& error) {
+      discard_connection();
+      if (!shut_down) throw;
+      throw ServerError(shut_down->code(), shut_down->text() + " (and " + address_.str() +
+                                               " could not be reached again: " + error.what() + ")");
     } catch (...) {
       discard_connection();
       throw;

@@ -34,7 +34,9 @@ struct ClientOptions {
   double backoff_initial_s = 0.2;   // exponential backoff with full jitter between attempts
   double backoff_cap_s = 10.0;
   // Reconnect when the connection drops mid-call (or the server is shutting
-  // down) and resend every unacknowledged batch.
+  // down) and resend every unacknowledged batch. A call whose reconnections
+  // all fail after the learner's shutting_down throws that ServerError (the
+  // learner stopped for good), not ConnectFailed.
   bool reliable = false;
   size_t max_unacked = 16;  // batches awaiting an ACK at once (flow control)
   // Offered in the handshake. Add "served_actions" to call act() (section 10.5).
