@@ -1,18 +1,23 @@
 """RLlib's default MLP RLModule, read from its parameters into a numpy network.
 
-RLlib's default RLModules for PPO, APPO and IMPALA are, for a 1-D observation
-and a ``Discrete`` or 1-D ``Box`` action space, two small MLPs::
+RLlib's default RLModules for PPO, APPO, IMPALA and SAC are, for a 1-D
+observation and a ``Discrete`` or 1-D ``Box`` action space, two small MLPs::
 
     encoder: Linear -> [LayerNorm] -> fcnet_activation   (every layer, the last too)
     pi head: Linear -> [LayerNorm] -> head_fcnet_activation   (hidden layers)
              Linear                                           (output, no activation)
 
-and for a ``Box`` the head clamps the log-std half of its output to
-``[-log_std_clip_param, log_std_clip_param]`` (or appends a free, clamped
-``pi.log_std`` parameter when ``free_log_std`` is set). :func:`read_network`
-reads that layout from the parameter names and shapes of
+PPO's family keeps the encoder under ``encoder.encoder.`` or
+``encoder.actor_encoder.`` and, for a ``Box``, its head clamps the log-std
+half of its output to ``[-log_std_clip_param, log_std_clip_param]`` (or
+appends a free, clamped ``pi.log_std`` parameter when ``free_log_std`` is
+set). SAC keeps it under ``pi_encoder.`` and its head leaves the log-std as it
+is: SAC's squashed Gaussian clamps it when sampling (see :mod:`.sampling`).
+:func:`read_network` reads that layout from the parameter names and shapes of
 ``module.get_state(inference_only=True)`` -- the dict RLlib sends in
 ``SET_STATE`` -- into a :class:`Network` that repeats the forward pass.
+DQN's module (an encoder and Q heads) is read by :mod:`.q_network` from the
+same building blocks (:func:`read_mlp`).
 
 Activations leave no trace in a state dict, so they come in as names, as in
 RLlib's ``DefaultModelConfig`` (``fcnet_activation="tanh"``,
@@ -32,7 +37,11 @@ import numpy as np
 from ..protocol.errors import RLinksError
 from .action_spaces import ActionSpace, DiscreteSpace
 
-__all__ = ["UnsupportedModelError", "Network", "read_network"]
+__all__ = [
+    "UnsupportedModelError", "Network", "read_network",
+    # the building blocks .q_network reads DQN's module with
+    "read_mlp", "run", "activation", "unsupported", "reject_unknown", "one_prefix",
+]
 
 
 class UnsupportedModelError(RLinksError, ValueError):
@@ -70,7 +79,7 @@ _ACTIVATIONS: dict[str, Activation | None] = {
 }
 
 
-def _activation(name: str | None) -> Activation | None:
+def activation(name: str | None) -> Activation | None:
     """The numpy function for RLlib's activation *name*; ``None`` for linear.
 
     Raises:
@@ -79,7 +88,7 @@ def _activation(name: str | None) -> Activation | None:
     key = "linear" if name is None else str(name).lower()
     if key not in _ACTIVATIONS:
         raise UnsupportedModelError(
-            f"activation {name!r} is not one NumpyPolicy knows ({', '.join(_ACTIVATIONS)}); "
+            f"activation {name!r} is not one the numpy policies know ({', '.join(_ACTIVATIONS)}); "
             "use TorchModulePolicy to run RLlib's module with torch instead"
         )
     return _ACTIVATIONS[key]
@@ -107,24 +116,37 @@ class _Dense:
         return x
 
 
-# Where RLlib's default modules keep their parameters.
-_ENCODER_PREFIXES = ("encoder.encoder.net.mlp.", "encoder.actor_encoder.net.mlp.")
+@dataclass(frozen=True)
+class _Layout:
+    """Where one family of RLlib's default modules keeps its actor's parameters."""
+
+    encoders: tuple[str, ...]  # the actor's encoder is under exactly one of these
+    ignored: tuple[str, ...]  # critic and target networks of a full (not inference-only) state
+    squashed: bool  # Box: a squashed Gaussian (SAC), whose head does not clamp the log-std
+
+
+_PPO = _Layout(
+    encoders=("encoder.encoder.net.mlp.", "encoder.actor_encoder.net.mlp."),
+    ignored=("vf.", "encoder.critic_encoder.", "_old_encoder.", "_old_pi."),
+    squashed=False,
+)
+_SAC = _Layout(encoders=("pi_encoder.net.mlp.",), ignored=("qf.", "qf_", "target_qf"), squashed=True)
 _PI_PREFIX = "pi.net.mlp."
 _PI_LOG_STD = "pi.log_std"
 _PI_CLIP = "pi.log_std_clip_param_const"
-# Critic and target networks: in a full (not inference-only) state, unused here.
-_IGNORED_PREFIXES = ("vf.", "encoder.critic_encoder.", "_old_encoder.", "_old_pi.")
 
 
-def _unsupported(what: str) -> UnsupportedModelError:
+def unsupported(what: str) -> UnsupportedModelError:
+    """The error for parameters that are not one of the default modules the numpy policies run: *what* is wrong."""
     return UnsupportedModelError(
         f"not one of RLlib's default MLP RLModules: {what}. NumpyPolicy runs the "
-        "default PPO/APPO/IMPALA modules for 1-D observations; for any other "
-        "module build RLlib's RLModule with torch (TorchModulePolicy)"
+        "default PPO/APPO/IMPALA/SAC modules and QPolicy DQN's, for 1-D observations; "
+        "for any other module build RLlib's RLModule with torch (TorchModulePolicy)"
     )
 
 
 def _listing(names: list[str], limit: int = 5) -> str:
+    """The first *limit* of *names*, quoted, for an error message."""
     shown = ", ".join(repr(n[:80]) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -137,11 +159,11 @@ def _float32(name: str, value: Any) -> np.ndarray:
     """
     arr = np.asarray(value)
     if arr.dtype.kind not in "biuf":
-        raise _unsupported(f"parameter {name!r} has dtype {arr.dtype}")
+        raise unsupported(f"parameter {name!r} has dtype {arr.dtype}")
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-def _read_mlp(
+def read_mlp(
     params: Mapping[str, Any],
     prefix: str,
     between: Activation | None,
@@ -165,13 +187,13 @@ def _read_mlp(
             continue
         index, _, leaf = name[len(prefix):].partition(".")
         if not (index.isascii() and index.isdigit()) or leaf not in ("weight", "bias"):
-            raise _unsupported(f"unexpected parameter {name!r}")
+            raise unsupported(f"unexpected parameter {name!r}")
         entries.setdefault(int(index), {})[leaf] = _float32(name, value)
     if not entries:
-        raise _unsupported(f"no layers under {prefix!r}")
+        raise unsupported(f"no layers under {prefix!r}")
 
     def expected(what: str, pos: int) -> UnsupportedModelError:
-        return _unsupported(
+        return unsupported(
             f"expected {what} at {prefix}{pos} with {between_name!r} activations "
             f"between layers, found indices {sorted(entries)}"
         )
@@ -185,14 +207,14 @@ def _read_mlp(
         if weight is None or weight.ndim != 2:
             raise expected("a Linear layer", pos)
         if layers and weight.shape[1] != layers[-1].weight_t.shape[1]:
-            raise _unsupported(
+            raise unsupported(
                 f"{prefix}{pos}.weight has shape {weight.shape}, which does not take "
                 f"the previous layer's {layers[-1].weight_t.shape[1]} outputs"
             )
         out = weight.shape[0]
         bias = linear.get("bias")
         if bias is not None and bias.shape != (out,):
-            raise _unsupported(f"{prefix}{pos}.bias has shape {bias.shape}, expected ({out},)")
+            raise unsupported(f"{prefix}{pos}.bias has shape {bias.shape}, expected ({out},)")
         used.add(pos)
         pos += 1
         norm = None
@@ -216,19 +238,28 @@ def _read_mlp(
     return layers
 
 
+def run(layers: list[_Dense], x: np.ndarray) -> np.ndarray:
+    """*x* through *layers* (as :func:`read_mlp` reads them), one after the other."""
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
 @dataclass(frozen=True, eq=False)
 class Network:
     """The encoder and pi head of one default module; called on a float32 batch, returns its logits.
 
     Built by :func:`read_network`. The logits are the module's
     ``action_dist_inputs``: ``n`` logits for ``Discrete``, ``[mean, log_std]``
-    with the log-std clamped for ``Box``.
+    for ``Box``, the log-std clamped by PPO's family and left as it is by SAC
+    (``squashed``), whose distribution clamps it.
     """
 
     encoder: list[_Dense]
     pi: list[_Dense]
     free_log_std: np.ndarray | None  # (size,), free_log_std=True only
-    log_std_clip: float | None  # Box only
+    log_std_clip: float | None  # PPO's family's Box only
+    squashed: bool = False  # Box actions from RLlib's squashed Gaussian (SAC), not its diagonal one
 
     @property
     def observation_size(self) -> int:
@@ -236,11 +267,7 @@ class Network:
         return self.encoder[0].weight_t.shape[0]
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x = obs
-        for layer in self.encoder:
-            x = layer(x)
-        for layer in self.pi:
-            x = layer(x)
+        x = run(self.pi, run(self.encoder, obs))
         if self.log_std_clip is None:
             return x
         clip = self.log_std_clip
@@ -251,10 +278,41 @@ class Network:
         return np.concatenate([mean, np.clip(log_std, -clip, clip)], axis=-1)
 
 
+def reject_unknown(params: Any, prefixes: tuple[str, ...], names: tuple[str, ...] = ()) -> list[str]:
+    """The parameter names of *params*, when each starts with one of *prefixes* or is one of *names*.
+
+    Raises:
+        TypeError: *params* is not a mapping.
+        UnsupportedModelError: a parameter is neither (the first few are named).
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must map parameter names to arrays, got {type(params).__name__}")
+    found = [str(n) for n in params]
+    unknown = [n for n in found if not n.startswith(prefixes) and n not in names]
+    if unknown:
+        raise unsupported(f"unexpected parameters {_listing(unknown)}")
+    return found
+
+
+def one_prefix(names: list[str], prefixes: tuple[str, ...], what: str) -> str:
+    """The one of *prefixes* that *names* use.
+
+    Raises:
+        UnsupportedModelError: they use none or several of them.
+    """
+    used = [p for p in prefixes if any(n.startswith(p) for n in names)]
+    if len(used) != 1:
+        raise unsupported(f"expected {what} parameters under one of {prefixes}, found {used or 'none'}")
+    return used[0]
+
+
 def read_network(
     params: Mapping[str, Any], space: ActionSpace, fcnet_activation: str, head_fcnet_activation: str
 ) -> Network:
     """Read a default module's *params* into a :class:`Network` acting in *space*.
+
+    The module's family comes from the names: SAC's actor encoder is under
+    ``pi_encoder.``, PPO's family's under ``encoder.``.
 
     Arrays are not copied where numpy need not: a parameter that already is
     C-contiguous float32 (every bias and LayerNorm parameter, a one-row
@@ -268,30 +326,19 @@ def read_network(
         UnsupportedModelError: *params* are not such a module, don't fit
             *space*, or an activation name is unknown.
     """
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must map parameter names to arrays, got {type(params).__name__}")
-    names = [str(n) for n in params]
-    unknown = [
-        n for n in names
-        if not n.startswith((*_ENCODER_PREFIXES, _PI_PREFIX, *_IGNORED_PREFIXES))
-        and n not in (_PI_LOG_STD, _PI_CLIP)
-    ]
-    if unknown:
-        raise _unsupported(f"unexpected parameters {_listing(unknown)}")
-    prefixes = [p for p in _ENCODER_PREFIXES if any(n.startswith(p) for n in names)]
-    if len(prefixes) != 1:
-        raise _unsupported(
-            f"expected MLP encoder parameters under one of {_ENCODER_PREFIXES}, "
-            f"found {prefixes or 'none'}"
-        )
+    sac = isinstance(params, Mapping) and any(str(n).startswith(_SAC.encoders) for n in params)
+    layout = _SAC if sac else _PPO
+    own = (_PI_CLIP,) if sac else (_PI_LOG_STD, _PI_CLIP)  # RLlib refuses free_log_std for SAC
+    names = reject_unknown(params, (*layout.encoders, _PI_PREFIX, *layout.ignored), own)
+    encoder_prefix = one_prefix(names, layout.encoders, "MLP encoder")
 
-    act = _activation(fcnet_activation)
-    head_act = _activation(head_fcnet_activation)
-    encoder = _read_mlp(params, prefixes[0], act, str(fcnet_activation), act)
-    pi = _read_mlp(params, _PI_PREFIX, head_act, str(head_fcnet_activation), None)
+    act = activation(fcnet_activation)
+    head_act = activation(head_fcnet_activation)
+    encoder = read_mlp(params, encoder_prefix, act, str(fcnet_activation), act)
+    pi = read_mlp(params, _PI_PREFIX, head_act, str(head_fcnet_activation), None)
     latent, pi_in = encoder[-1].weight_t.shape[1], pi[0].weight_t.shape[0]
     if latent != pi_in:
-        raise _unsupported(f"the encoder puts out {latent} values but the pi head takes {pi_in}")
+        raise unsupported(f"the encoder puts out {latent} values but the pi head takes {pi_in}")
 
     out = pi[-1].weight_t.shape[1]
     free_log_std = None
@@ -301,25 +348,27 @@ def read_network(
         if free_log_std is not None or out != space.n:
             head = f"a pi head with {out} outputs"
             head += " and a free log-std" if free_log_std is not None else ""
-            raise _unsupported(
+            raise unsupported(
                 f"{head} does not fit Discrete({space.n}), which needs {space.n} logits"
             )
         return Network(encoder, pi, None, None)
 
     size = space.size
     if free_log_std is not None and (out != size or free_log_std.shape != (size,)):
-        raise _unsupported(
+        raise unsupported(
             f"a pi head with {out} outputs and a free log-std of shape {free_log_std.shape} "
             f"does not fit a Box of size {size}"
         )
     if free_log_std is None and out != 2 * size:
-        raise _unsupported(
+        raise unsupported(
             f"a pi head with {out} outputs does not fit a Box of size {size}, "
             f"which needs {2 * size} (mean and log-std)"
         )
+    if layout.squashed:
+        return Network(encoder, pi, None, None, squashed=True)
     if _PI_CLIP not in params:
-        raise _unsupported(f"a Box action space but no {_PI_CLIP!r}")
+        raise unsupported(f"a Box action space but no {_PI_CLIP!r}")
     clip = _float32(_PI_CLIP, params[_PI_CLIP])
     if clip.size != 1:
-        raise _unsupported(f"{_PI_CLIP!r} has shape {clip.shape}, expected (1,)")
+        raise unsupported(f"{_PI_CLIP!r} has shape {clip.shape}, expected (1,)")
     return Network(encoder, pi, free_log_std, float(clip.reshape(())))

@@ -1,7 +1,8 @@
 """Local action inference for a simulator, without Ray and without torch.
 
-:class:`NumpyPolicy` runs RLlib's default PPO/APPO/IMPALA MLP module in numpy
-from the weights RLlib sends in ``SET_STATE``. Its parts live beside it:
+:class:`NumpyPolicy` runs RLlib's default PPO/APPO/IMPALA/SAC MLP module in
+numpy from the weights RLlib sends in ``SET_STATE``
+(:class:`~.q_policy.QPolicy` runs DQN's). Its parts live beside it:
 
 * :mod:`.action_spaces`: :class:`DiscreteSpace`, :class:`BoxSpace` and
   :func:`as_action_space`, the spaces a policy acts in;
@@ -35,6 +36,7 @@ __all__ = [
     "as_action_space",
     "PolicyOutput",
     "Policy",
+    "NetworkPolicy",
     "observation_batch",
     "NumpyPolicy",
 ]
@@ -82,7 +84,7 @@ class Policy(abc.ABC):
             bad = np.flatnonzero(~np.isfinite(logits).all(axis=-1))
             raise ValueError(f"logits are not finite for observations at rows {bad[:8].tolist()}")
         rng = rng if rng is not None else self._rng
-        action, logp = sample_actions(self.action_space, logits, explore=explore, rng=rng)
+        action, logp = self._sample(logits, explore, rng)
         for_env = action_for_env(self.action_space, action, normalize=self._normalize, clip=self._clip)
         return PolicyOutput(action, logp, logits, for_env, state_out)
 
@@ -103,7 +105,25 @@ class Policy(abc.ABC):
             logits, state_out = self._run(obs, state)
         action = action_from_env(self.action_space, taken, normalize=self._normalize)
         for_env = action_for_env(self.action_space, action, normalize=self._normalize, clip=self._clip)
-        return PolicyOutput(action, log_prob(self.action_space, logits, action), logits, for_env, state_out)
+        return PolicyOutput(action, self._log_prob(logits, action), logits, for_env, state_out)
+
+    def _sample(self, logits: np.ndarray, explore: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(action, action_logp)`` for each row of finite *logits*, drawn as the module's distribution draws.
+
+        RLlib's categorical or diagonal Gaussian here; a squashed Gaussian where
+        :attr:`squashed`; subclasses with another exploration override it
+        together with :meth:`_log_prob`.
+        """
+        return sample_actions(self.action_space, logits, explore=explore, rng=rng, squashed=self.squashed)
+
+    def _log_prob(self, logits: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """float32 log-probabilities of *action* rows (the form RLlib trains on) as :meth:`_sample` draws them."""
+        return log_prob(self.action_space, logits, action, squashed=self.squashed)
+
+    @property
+    def squashed(self) -> bool:
+        """Whether Box actions come from RLlib's squashed Gaussian (SAC's), in ``[-1, 1]``."""
+        return False
 
     @abc.abstractmethod
     def _observation_shape(self) -> tuple[int, ...] | None:
@@ -139,8 +159,89 @@ class Policy(abc.ABC):
         return self.compute_actions(single[None], explore=explore, rng=rng).row(0)
 
 
-class NumpyPolicy(Policy):
-    """RLlib's default PPO/APPO/IMPALA MLP module, run in numpy.
+class NetworkPolicy(Policy):
+    """A policy running a numpy network read from RLlib's weights: what :class:`NumpyPolicy` and
+    :class:`~.q_policy.QPolicy` share.
+
+    Subclasses read the weights into a network (:meth:`_read`: called on a
+    float32 batch, it returns the module's ``action_dist_inputs``, and knows
+    its ``observation_size``); new weights, observation checks and acting are
+    the same for all.
+    """
+
+    _net: Any
+
+    def __init__(self, action_space: Any, *, normalize_actions: bool, clip_actions: bool,
+                 rng: np.random.Generator | None) -> None:
+        """The parts every such policy keeps; a subclass reads its network after this.
+
+        Raises:
+            ValueError: *action_space* is not Discrete or Box.
+        """
+        self.action_space = as_action_space(action_space)
+        self._normalize = normalize_actions
+        self._clip = clip_actions
+        self._rng = rng if rng is not None else np.random.default_rng()
+
+    @abc.abstractmethod
+    def _read(self, params: Mapping[str, Any]) -> Any:
+        """The network of *params*.
+
+        Raises:
+            UnsupportedModelError: *params* are not the module this policy runs.
+            TypeError: *params* is not a mapping.
+        """
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Replace the weights, e.g. with a newer set from ``SET_STATE``.
+
+        As in the constructor, the policy may keep *params*' arrays rather
+        than copies: don't write into them afterwards.
+
+        Raises:
+            UnsupportedModelError, TypeError: as the constructor; the old
+                weights stay.
+        """
+        self._net = self._read(params)
+
+    @property
+    def observation_size(self) -> int:
+        """Length of one observation, from the first layer's weights."""
+        return self._net.observation_size
+
+    def _observation_shape(self) -> tuple[int, ...]:
+        return (self._net.observation_size,)
+
+    def action_dist_inputs(self, obs: Any) -> np.ndarray:
+        """The module's ``action_dist_inputs`` (float32: logits, or DQN's Q-values) for a batch.
+
+        Raises:
+            ValueError: *obs* is not ``(batch, observation_size)``.
+        """
+        net = self._net  # one weight set per call, even if set_params runs meanwhile
+        return net(observation_batch(obs, (net.observation_size,)))
+
+    def compute_actions(
+        self, obs: Any, *, explore: bool = True, rng: np.random.Generator | None = None
+    ) -> PolicyOutput:
+        """Sample (``explore``) or pick greedily an action for each observation.
+
+        Raises:
+            ValueError: *obs* is not ``(batch, observation_size)``, or the
+                logits are not finite (NaN or inf in the observations or
+                weights), which would make every action meaningless.
+        """
+        return self._act_on(self.action_dist_inputs(obs), explore, rng)
+
+
+class NumpyPolicy(NetworkPolicy):
+    """RLlib's default PPO/APPO/IMPALA/SAC MLP module, run in numpy.
+
+    SAC's module (its actor under ``pi_encoder.``) samples Box actions as
+    RLlib's SAC does, from a squashed Gaussian: the action recorded is in
+    ``[-1, 1]``, with the log-probability RLlib records for it, and the
+    simulator applies it unsquashed to the Box bounds
+    (:attr:`PolicyOutput.action_for_env`).
 
     The policy may keep the caller's parameter arrays rather than copies (see
     :func:`~rlinks_rllib.client.mlp.read_network`): read-only arrays, such as
@@ -151,7 +252,8 @@ class NumpyPolicy(Policy):
         params: the module's state as RLlib sends it
             (``module.get_state(inference_only=True)``, e.g. from
             :func:`rlinks_rllib.protocol.weights.read_state`). A full state also
-            works; critic and target networks in it are ignored.
+            works; critic and target networks in it are ignored (SAC's Q
+            networks too).
         action_space: ``Discrete``/``Box``, in any form :func:`as_action_space`
             takes.
         fcnet_activation: the encoder's activation (RLlib's default ``"tanh"``).
@@ -179,50 +281,14 @@ class NumpyPolicy(Policy):
         clip_actions: bool = False,
         rng: np.random.Generator | None = None,
     ) -> None:
-        self.action_space = as_action_space(action_space)
+        super().__init__(action_space, normalize_actions=normalize_actions, clip_actions=clip_actions, rng=rng)
         self._activations = (fcnet_activation, head_fcnet_activation)
-        self._normalize = normalize_actions
-        self._clip = clip_actions
-        self._rng = rng if rng is not None else np.random.default_rng()
-        self._net = read_network(params, self.action_space, *self._activations)
+        self._net = self._read(params)
 
-    def set_params(self, params: Mapping[str, Any]) -> None:
-        """Replace the weights, e.g. with a newer set from ``SET_STATE``.
-
-        As in the constructor, the policy may keep *params*' arrays rather
-        than copies: don't write into them afterwards.
-
-        Raises:
-            UnsupportedModelError, TypeError: as the constructor; the old
-                weights stay.
-        """
-        self._net = read_network(params, self.action_space, *self._activations)
+    def _read(self, params: Mapping[str, Any]) -> Any:
+        return read_network(params, self.action_space, *self._activations)
 
     @property
-    def observation_size(self) -> int:
-        """Length of one observation, from the first layer's weights."""
-        return self._net.observation_size
-
-    def _observation_shape(self) -> tuple[int, ...]:
-        return (self._net.observation_size,)
-
-    def action_dist_inputs(self, obs: Any) -> np.ndarray:
-        """The module's ``action_dist_inputs`` (float32 logits) for a batch.
-
-        Raises:
-            ValueError: *obs* is not ``(batch, observation_size)``.
-        """
-        net = self._net  # one weight set per call, even if set_params runs meanwhile
-        return net(observation_batch(obs, (net.observation_size,)))
-
-    def compute_actions(
-        self, obs: Any, *, explore: bool = True, rng: np.random.Generator | None = None
-    ) -> PolicyOutput:
-        """Sample (``explore``) or pick greedily an action for each observation.
-
-        Raises:
-            ValueError: *obs* is not ``(batch, observation_size)``, or the
-                logits are not finite (NaN or inf in the observations or
-                weights), which would make every action meaningless.
-        """
-        return self._act_on(self.action_dist_inputs(obs), explore, rng)
+    def squashed(self) -> bool:
+        """Whether Box actions come from RLlib's squashed Gaussian (SAC's module), in ``[-1, 1]``."""
+        return self._net.squashed and isinstance(self.action_space, BoxSpace)

@@ -1,7 +1,9 @@
 """One call that picks the client policy a runner's config needs.
 
 RLlib's default MLP on a vector observation runs in numpy
-(:class:`~.policy.NumpyPolicy`, nothing to install); anything else (a CNN, a
+(:class:`~.policy.NumpyPolicy` for PPO, APPO, IMPALA and SAC,
+:class:`~.q_policy.QPolicy` for DQN, told apart by the weights' names;
+nothing to install); anything else (a CNN, a
 ``Dict`` of image and vector, an LSTM, a custom module) runs as the policy
 graph the runner exported (:class:`~.onnx_policy.OnnxPolicy`, with
 onnxruntime), which the runner sends in ``SET_CONFIG`` to a client that asked
@@ -18,6 +20,8 @@ import numpy as np
 from ..protocol.config import POLICY_GRAPH_KEY
 from .mlp import UnsupportedModelError
 from .policy import NumpyPolicy, Policy
+from .q_network import is_q_module
+from .q_policy import QPolicy
 
 __all__ = ["policy_for"]
 
@@ -33,7 +37,9 @@ def policy_for(
     """The policy for a runner's *config* (``get_config()``) and first weights.
 
     NumpyPolicy when the observation is a vector and the weights are RLlib's
-    default MLP; otherwise OnnxPolicy over the config's policy graph.
+    default MLP (QPolicy for DQN's, exploring with the config's epsilon
+    schedule at timestep 0: whoever learns the runner's timestep moves it on
+    with ``set_timestep``); otherwise OnnxPolicy over the config's policy graph.
 
     Raises:
         UnsupportedModelError: the module needs the policy graph and the
@@ -47,10 +53,14 @@ def policy_for(
     options = dict(rng=rng, normalize_actions=normalize_actions, clip_actions=clip_actions)
     numpy_error = None
     if vector and not model.get("use_lstm"):
+        activations = dict(fcnet_activation=model.get("fcnet_activation", "tanh"),
+                           head_fcnet_activation=model.get("head_fcnet_activation", "relu"))
         try:
-            return NumpyPolicy(params, config["action_space"],
-                               fcnet_activation=model.get("fcnet_activation", "tanh"),
-                               head_fcnet_activation=model.get("head_fcnet_activation", "relu"), **options)
+            if is_q_module(params):
+                return QPolicy(params, config["action_space"], epsilon=model.get("epsilon", 0.0),
+                               v_min=model.get("v_min", -10.0), v_max=model.get("v_max", 10.0),
+                               **activations, **options)
+            return NumpyPolicy(params, config["action_space"], **activations, **options)
         except UnsupportedModelError as exc:
             numpy_error = exc
     graph = config.get(POLICY_GRAPH_KEY)

@@ -2,11 +2,15 @@
 
 Sampling follows RLlib's ``GetActions`` connector: a categorical over
 ``softmax(logits)`` for ``Discrete``, a diagonal Gaussian over ``[mean,
-log_std]`` for ``Box``; greedy mode takes the argmax or the mean, and reports a
-log-probability of 0 as RLlib's ``TorchDeterministic`` does. The action RLlib
-learns from is :attr:`PolicyOutput.action`; what the simulator should apply is
-:attr:`PolicyOutput.action_for_env`, unsquashed from ``[-1, 1]`` to the Box
-bounds (RLlib's ``normalize_actions=True``) or clipped (``clip_actions=True``).
+log_std]`` for ``Box`` (PPO, APPO, IMPALA), or, with ``squashed`` (SAC),
+RLlib's ``TorchSquashedGaussian``: ``tanh`` of a Gaussian draw, in ``[-1, 1]``,
+its log-std clamped to ``[-5, 2]``. Greedy mode takes the argmax or the mean
+(SAC's too: RLlib's deterministic SAC action is the Gaussian's mean, not its
+``tanh``), and reports a log-probability of 0 as RLlib's ``TorchDeterministic``
+does. The action RLlib learns from is :attr:`PolicyOutput.action`; what the
+simulator should apply is :attr:`PolicyOutput.action_for_env`, unsquashed from
+``[-1, 1]`` to the Box bounds (RLlib's ``normalize_actions=True``) or clipped
+(``clip_actions=True``).
 """
 
 from __future__ import annotations
@@ -55,19 +59,27 @@ class PolicyOutput:
         )
 
 
-# As RLlib's TorchCategorical / TorchDiagGaussian / TorchDeterministic.
+# As RLlib's TorchCategorical / TorchDiagGaussian / TorchSquashedGaussian / TorchDeterministic.
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+#: RLlib's ``MIN_LOG_NN_OUTPUT``/``MAX_LOG_NN_OUTPUT`` (``ray.rllib.utils.numpy``): the squashed
+#: Gaussian's log-std bounds.
+SQUASHED_LOG_STD_RANGE = (-5.0, 2.0)
+#: RLlib's ``SMALL_NUMBER``: how far inside ``[-1, 1]`` a squashed action is kept before ``atanh``.
+SQUASH_MARGIN = 1e-6
 
 
 def sample_actions(
-    space: ActionSpace, logits: np.ndarray, *, explore: bool, rng: np.random.Generator
+    space: ActionSpace, logits: np.ndarray, *, explore: bool, rng: np.random.Generator, squashed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw (``explore``) or pick greedily one action per row of *logits*.
 
     Returns ``(action, action_logp)``: int64 actions for ``Discrete``,
     float32 of the Gaussian's size for ``Box``; float32 log-probabilities,
-    0 in greedy mode. *logits* must be finite; the caller checks.
+    0 in greedy mode. With *squashed* a Box action is drawn from RLlib's
+    squashed Gaussian (SAC), and its log-probability is computed back from
+    the action, as RLlib's ``GetActions`` records it. *logits* must be
+    finite; the caller checks.
     """
     batch = logits.shape[0]
     if isinstance(space, DiscreteSpace):
@@ -87,14 +99,23 @@ def sample_actions(
     mean, log_std = np.split(logits, 2, axis=-1)
     if not explore:
         return mean.copy(), np.zeros(batch, np.float32)
+    if squashed:
+        log_std = np.clip(log_std, *SQUASHED_LOG_STD_RANGE)
     noise = rng.standard_normal(mean.shape, dtype=np.float32)
     action = mean + np.exp(log_std) * noise
-    logp = _gaussian_logp(mean, log_std, action)
-    return action, logp
+    if squashed:
+        action = _squash(action)
+        return action, _squashed_logp(mean, log_std, action)
+    return action, _gaussian_logp(mean, log_std, action).astype(np.float32)
 
 
-def log_prob(space: ActionSpace, logits: np.ndarray, action: np.ndarray) -> np.ndarray:
-    """float32 log-probabilities of given actions (in the form RLlib trains on) under *logits*, one per row."""
+def log_prob(space: ActionSpace, logits: np.ndarray, action: np.ndarray, *, squashed: bool = False) -> np.ndarray:
+    """float32 log-probabilities of given actions (in the form RLlib trains on) under *logits*, one per row.
+
+    With *squashed*, a Box action's under RLlib's squashed Gaussian (SAC),
+    computed as its ``logp`` does: exact inside ``(-1, 1)``, the action
+    moved ``1e-6`` inside the bounds first.
+    """
     if isinstance(space, DiscreteSpace):
         z = logits.astype(np.float64)
         z = z - z.max(axis=-1, keepdims=True)
@@ -102,13 +123,41 @@ def log_prob(space: ActionSpace, logits: np.ndarray, action: np.ndarray) -> np.n
         index = np.asarray(action, np.int64).reshape(-1, 1)
         return np.take_along_axis(log_probs, index, axis=-1)[:, 0].astype(np.float32)
     mean, log_std = np.split(logits, 2, axis=-1)
-    return _gaussian_logp(mean, log_std, np.asarray(action, np.float32).reshape(mean.shape))
+    action = np.asarray(action, np.float32).reshape(mean.shape)
+    if squashed:
+        return _squashed_logp(mean, np.clip(log_std, *SQUASHED_LOG_STD_RANGE), action)
+    return _gaussian_logp(mean, log_std, action).astype(np.float32)
 
 
 def _gaussian_logp(mean: np.ndarray, log_std: np.ndarray, action: np.ndarray) -> np.ndarray:
+    """float64 log-densities of *action* rows under a diagonal Gaussian."""
     mean, log_std, action = (a.astype(np.float64) for a in (mean, log_std, action))
     z = (action - mean) / np.exp(log_std)
-    return (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=-1).astype(np.float32)
+    return (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=-1)
+
+
+def _squash(pre: np.ndarray) -> np.ndarray:
+    """A Gaussian draw squashed into ``[-1, 1]`` in float32, as ``TorchSquashedGaussian._squash`` computes it."""
+    one, two = np.float32(1.0), np.float32(2.0)
+    squashed = (np.tanh(pre.astype(np.float32)) + one) / two * two - one
+    return np.clip(squashed, -one, one)
+
+
+def _squashed_logp(mean: np.ndarray, log_std: np.ndarray, action: np.ndarray) -> np.ndarray:
+    """log-probabilities of squashed *action* (rows of ``[-1, 1]``) under ``tanh(N(mean, exp(log_std)))``.
+
+    As RLlib's ``TorchSquashedGaussian.logp``: the action goes back through
+    ``atanh`` after being moved :data:`SQUASH_MARGIN` inside the bounds (in
+    float32, where that margin is what RLlib's is), then the Gaussian's
+    log-density less ``log(1 - tanh(u)^2)``, in the stable form
+    ``2 * (log 2 - u - softplus(-2u))``.
+    """
+    one, two = np.float32(1.0), np.float32(2.0)
+    inside = (action.astype(np.float32) + one) / two * two - one
+    inside = np.clip(inside, np.float32(-1.0 + SQUASH_MARGIN), np.float32(1.0 - SQUASH_MARGIN))
+    pre = np.arctanh(inside.astype(np.float64))
+    jacobian = 2.0 * (math.log(2.0) - pre - np.logaddexp(0.0, -2.0 * pre))
+    return (_gaussian_logp(mean, log_std, pre) - jacobian.sum(axis=-1)).astype(np.float32)
 
 
 def action_for_env(
