@@ -52,6 +52,9 @@ SPACES_KEYS = ("from_env", "observation", "action")
 STOP_KEYS = ("reward", "iters")
 MULTI_AGENT_KEYS = ("modules", "agent_mapping", "trained", "count_steps_by")
 BOX_KEYS = ("low", "high", "shape", "dtype")
+#: ``training`` keys RLlib takes as a range only when they are a tuple (``n_step: [2, 5]``: an
+#: n-step drawn from 2..5); YAML gives a list, which RLlib's checks and replay buffers mistake.
+TUPLE_KEYS = ("n_step",)
 
 
 class ConfigFileError(RLinksError, ValueError):
@@ -382,7 +385,8 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     if spec.multi_agent:
         _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
-    _apply(spec, "training", config.training, spec.training)
+    _apply(spec, "training", config.training,
+           {k: tuple(v) if k in TUPLE_KEYS and isinstance(v, list) else v for k, v in spec.training.items()})
     _apply(spec, "learners", config.learners, {**spec.learners, **overrides.get("learners", {})})
     _apply(spec, "reporting", config.reporting, spec.reporting)
     _apply(spec, "fault_tolerance", config.fault_tolerance, spec.fault_tolerance)
