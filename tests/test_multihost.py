@@ -25,6 +25,7 @@ import time
 import pytest
 
 from multihost import Training, nc, skip_reason, wait_for
+from rlinks_rllib.client.retry import SHUTDOWN_GRACE_ENV
 
 REASON = skip_reason()
 pytestmark = [
@@ -40,6 +41,7 @@ STOP_ITERS = 200  # the faults run while it trains; the last test waits for the 
 CUT_S = 20
 SLOW_DELAY_S = 0.15  # each way: 300 ms more per round trip
 PLACEMENT_ATTEMPTS = 3
+RESUBMIT_WAIT_S = 900  # the simulators' shutdown_grace: the resubmitted jobs' start and placement
 REPORT: list[str] = []
 
 
@@ -53,8 +55,13 @@ def training(tmp_path_factory):
     with nc.five_hosts(tmp_path_factory.mktemp("hosts")) as cluster:
         run = Training(cluster)
         _submit_on_both_workers(run)
-        run.sims = nc.start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory,
-                                       SIMS_PER_HOST)
+        with pytest.MonkeyPatch.context() as env:
+            # Test (c) stops the learner job and resubmits it (up to PLACEMENT_ATTEMPTS times): the
+            # simulators wait for it longer than the 30 s after shutting_down that a simulator waits for
+            # a learner that has ended.
+            env.setenv(SHUTDOWN_GRACE_ENV, str(RESUBMIT_WAIT_S))
+            run.sims = nc.start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory,
+                                           SIMS_PER_HOST)
         say(f"hosts {_addresses(run)}; logs in {cluster.work}")
         try:
             yield run

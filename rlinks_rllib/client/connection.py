@@ -33,6 +33,18 @@ connection drops may be lost but is never doubled.
 Only network failures are retried: an ``ERROR`` from the server (except
 ``shutting_down``), a timeout, or bytes that aren't valid RLlink raise at once.
 
+The learner's end
+-----------------
+
+``ERROR shutting_down`` says the learner is stopping: its run ended, or it is
+being restarted (a job stopped and resubmitted, an ``Algorithm`` restored from
+a checkpoint), which look the same from here. A reliable client keeps trying
+to reach it again for ``shutdown_grace`` seconds at most (30 s by default, or
+``$RLINKS_SHUTDOWN_GRACE_S``; ``retry_attempts`` still counts too), then the
+call raises :class:`ConnectFailed` saying the learner did not come back, caused
+by that ``ERROR`` (:class:`~.env_client.EnvClient` ends quietly on it, as
+:class:`TrainingEnded`). Raise it for learners that take longer to come back.
+
 Served actions
 --------------
 
@@ -64,6 +76,7 @@ import logging
 import math
 import pickle
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -103,7 +116,7 @@ from .errors import (
     ServerError,
 )
 from .link import Link
-from .retry import RetryPolicy, backoff_delay
+from .retry import SHUTDOWN_GRACE_ENV, RetryPolicy, backoff_delay, shutdown_grace as _shutdown_grace
 from .transport import Transport, tls_context
 
 __all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
@@ -264,6 +277,12 @@ class RLinkClient:
         backoff_initial, backoff_cap: the backoff between attempts (seconds);
             see :func:`backoff_delay`.
         reliable: reconnect and resend when the connection drops mid-call.
+        shutdown_grace: (reliable mode) seconds to keep trying to reach the
+            learner again after it said ``shutting_down`` (its run ended, or
+            it is restarting); ``None``: ``$RLINKS_SHUTDOWN_GRACE_S``, else
+            30 s. Past it the call raises ConnectFailed (see the module docs);
+            the wait can run over by one connection attempt
+            (``connect_timeout``). 0 gives up at once.
         max_unacked: batches that may await an ACK at once.
         extensions: extension names to offer; the server agrees to a subset.
         max_frame_bytes: largest frame accepted from the server.
@@ -285,7 +304,8 @@ class RLinkClient:
             the host of ``address`` (e.g. connecting through a tunnel).
 
     Raises:
-        ValueError: an argument is out of range, the address is malformed,
+        ValueError: an argument is out of range (``shutdown_grace`` or
+            ``$RLINKS_SHUTDOWN_GRACE_S`` included), the address is malformed,
             TLS options are given for a ``tcp://`` address, or the secret is
             too short.
         OSError: ``secret_file`` or a TLS file can't be read.
@@ -303,6 +323,7 @@ class RLinkClient:
         backoff_initial: float = 0.2,
         backoff_cap: float = 10.0,
         reliable: bool = False,
+        shutdown_grace: Optional[float] = None,
         max_unacked: int = 16,
         extensions: Iterable[str] = DEFAULT_EXTENSIONS,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -338,11 +359,13 @@ class RLinkClient:
             raise ValueError(f"'auth' is offered when there is a secret: pass secret=, secret_file= or set ${SECRET_ENV}")
         self.extensions: frozenset[str] = names
         self.reliable = bool(reliable)
+        self.shutdown_grace = _shutdown_grace(shutdown_grace)
         self.unsafe_allow_pickle = bool(unsafe_allow_pickle)
         self._log = logger if logger is not None else logging.getLogger(__name__)
 
         self._client_id = uuid.uuid4().hex
-        self._retry = RetryPolicy(self.retry_attempts, self.backoff_initial, self.backoff_cap)
+        self._retry = RetryPolicy(self.retry_attempts, self.backoff_initial, self.backoff_cap,
+                                  shutdown_grace=self.shutdown_grace)
         #: Set by close(): ends a wait between reconnection attempts at once.
         self._closing = threading.Event()
         self._sleep: Callable[[float], None] = self._closing.wait
@@ -809,15 +832,18 @@ class RLinkClient:
         any (see :meth:`_resume`). Any exception closes the connection, since
         the stream may be mid-frame or a reply may still be on its way. A
         reconnection that fails raises ConnectFailed caused by the drop it was
-        for (the learner's ``shutting_down``, say).
+        for: the learner's ``shutting_down`` once the call met one, which
+        also bounds the reconnecting by ``shutdown_grace``.
         """
         self._check_open()
         recoveries = 0
         dropped: Optional[BaseException] = None
+        ended: Optional[BaseException] = None  # the learner's shutting_down, once met
+        give_up_at: Optional[float] = None  # then: when its grace is over
         while True:
             try:
                 if self._link is None:
-                    self._connect(job)
+                    self._connect(job, give_up_at)
                 return op()
             except (ConnectionLost, ServerError) as exc:
                 self._discard_connection()
@@ -836,28 +862,58 @@ class RLinkClient:
                         "%s does not acknowledge batches (plain RLlink): a batch in flight when "
                         "the connection dropped may be lost", self.address,
                     )
-                self._log.warning("connection to %s lost during %s (%s); reconnecting", self.address, what, exc)
-                self._sleep(self._retry.delay(recoveries))
+                wait = self._retry.delay(recoveries)
+                if ended is None and self._retry.shutting_down(exc):
+                    ended, give_up_at = exc, time.monotonic() + self._retry.shutdown_grace
+                    self._log.warning("%s is shutting down (%s); trying to reach the learner again for up to "
+                                      "%g s (shutdown_grace)", self.address, exc, self._retry.shutdown_grace)
+                else:
+                    self._log.warning("connection to %s lost during %s (%s); reconnecting", self.address, what, exc)
+                if give_up_at is not None:
+                    left = give_up_at - time.monotonic()
+                    if left <= 0:
+                        raise self._not_back(recoveries, exc) from ended
+                    wait = min(wait, left)
+                self._sleep(wait)
                 recoveries += 1
                 dropped = exc
             except ConnectFailed as exc:
                 self._discard_connection()
-                if dropped is None:
+                if dropped is None and ended is None:
                     raise
-                raise exc from dropped
+                raise exc from (ended or dropped)
             except BaseException:
                 self._discard_connection()
                 raise
 
-    def _connect(self, job: Optional[_Job] = None) -> None:
-        """Open a connection and handshake, retrying with backoff; then resend pending batches."""
+    def _connect(self, job: Optional[_Job] = None, give_up_at: Optional[float] = None) -> None:
+        """Open a connection and handshake, retrying with backoff; then resend pending batches.
+
+        ``give_up_at``: once the learner said ``shutting_down`` (in this call
+        or an attempt here), the ``time.monotonic()`` after which no attempt
+        starts (its ``shutdown_grace`` is over).
+
+        Raises:
+            ConnectFailed: no attempt succeeded (saying the learner did not
+                come back, after a ``shutting_down``).
+            ClientClosed, or an error no attempt would get past (authentication, TLS, ...).
+        """
         last: Optional[BaseException] = None
         # The runner we were sent to and just lost: it may be cut off, so it is tried last.
         lost = self.address if self._uses_directory and self.address != self.given_address else None
+        tried = 0
+        ended: Optional[BaseException] = None  # a shutting_down met here
         for attempt in range(self._retry.attempts):
             if attempt:
-                self._sleep(self._retry.delay(attempt - 1))
+                wait = self._retry.delay(attempt - 1)
+                if give_up_at is not None:
+                    left = give_up_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    wait = min(wait, left)
+                self._sleep(wait)
             self._check_open()
+            tried += 1
             if self._uses_directory:
                 self.address = self.given_address
             try:
@@ -873,13 +929,28 @@ class RLinkClient:
                 if not self._retry.retryable(exc):
                     raise
                 last = exc
+                if ended is None and self._retry.shutting_down(exc):
+                    ended = exc
+                    if give_up_at is None:
+                        give_up_at = time.monotonic() + self._retry.shutdown_grace
             self._discard_connection()
             self._log.debug("connection attempt %d/%d to %s failed: %s", attempt + 1, self._retry.attempts,
                             self.address, last)
+        if give_up_at is not None:
+            raise self._not_back(tried, last) from (ended or last)
         raise ConnectFailed(
             f"could not connect to {self.address} after {self._retry.attempts} attempt(s): {last}; "
             "is the learner running and is the port right?"
         ) from last
+
+    def _not_back(self, attempts: int, last: Optional[BaseException]) -> ConnectFailed:
+        """The error of a call that gave up on a learner that said ``shutting_down``."""
+        return ConnectFailed(
+            f"the learner at {self.given_address} said it was shutting down and did not come back "
+            f"({attempts} reconnection attempt(s); shutdown_grace={self._retry.shutdown_grace:g} s, "
+            f"retry_attempts={self._retry.attempts}): its run has ended, or it restarts slower than that "
+            f"(raise shutdown_grace, or ${SHUTDOWN_GRACE_ENV}, to wait longer). Last error: {last}"
+        )
 
     def _new_connection(self) -> Connection:
         return Connection(
