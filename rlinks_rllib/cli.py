@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -53,16 +54,22 @@ def _learner_parser(sub) -> None:
 
 
 def _client_parser(sub) -> None:
+    from .training.clients import CONTRACT  # the standard library only: fine on a simulator machine
+
     p = sub.add_parser(
         "client",
         help="run N copies of a simulator client against a learner",
-        description="Start N client processes (the dummy CartPole client unless --script says otherwise) and "
-                    "print a summary line per copy. Arguments after -- go to every copy.",
+        description="Start N client processes (the dummy CartPole client unless --script names your own)\n"
+                    "and show what each prints. Arguments after -- go to every copy.",
+        epilog=CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--address", required=True, help="HOST:PORT of a runner")
+    p.add_argument("--address", required=True, help="HOST:PORT of the learner's directory or of a runner")
     p.add_argument("-n", "--num-clients", type=int, default=1, help="copies to run")
     p.add_argument("--script", type=Path, default=None,
                    help="client script (default: the bundled examples/dummy_cartpole_client.py)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="show only each copy's summary line, warnings and errors")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for every copy")
 
 
@@ -116,13 +123,21 @@ def _client(args) -> int:
     from .training.clients import ClientProcesses
 
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-    group = ClientProcesses(args.script or bundled.dummy_client(), [args.address] * args.num_clients, extra)
+    group = ClientProcesses(args.script or bundled.dummy_client(), [args.address] * args.num_clients, extra,
+                            quiet=args.quiet)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: the copies get SIGTERM
     try:
         codes = group.wait()
     except KeyboardInterrupt:
         group.stop()
         codes = [p.returncode or 0 for p in group.procs]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if all(code == 0 for code in codes) else 1
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _endpoints(args) -> int:
@@ -172,7 +187,7 @@ def _demo(args) -> int:
             runners = [f"{host}:{port}" for _, host, port in addresses]
             targets = [runners[i % len(runners)] for i in range(DEMO_CLIENTS)]
         print_line(f"starting {DEMO_CLIENTS} dummy CartPole clients against {', '.join(sorted(set(targets)))}")
-        groups.append(ClientProcesses(bundled.dummy_client(), targets))
+        groups.append(ClientProcesses(bundled.dummy_client(), targets, quiet=True))
 
     try:
         code = run_learner(

@@ -87,6 +87,83 @@ def test_each_client_summary_is_printed_as_one_whole_line(tmp_path, monkeypatch)
                               f"[client 1] summary: steps=10 {'x' * 4000} b:2\n"]
 
 
+_CHATTY_CLIENT = """\
+import logging, os, sys, warnings
+index = os.environ["RLINKS_CLIENT_INDEX"]
+print("args", sys.argv[1:])
+print("progress: steps=10")
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+logging.getLogger("sim").info("connected")
+logging.getLogger("sim").warning("a slow frame")
+warnings.warn("a knob that goes away")
+print("summary: copy=" + index, flush=True)
+if index == "1":
+    raise RuntimeError("the simulator crashed")
+"""
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["everything", "quiet"])
+def test_client_scripts_get_the_address_their_args_and_index_and_their_output_is_shown(tmp_path, quiet):
+    """The contract of `rlinks client --script` (docs/CLIENTS.md): what a copy gets, which of its lines show."""
+    script = tmp_path / "sim.py"
+    script.write_text(_CHATTY_CLIENT)
+    result = rlinks("client", "--address", "127.0.0.1:1", "-n", "2", "--script", str(script),
+                    *(["--quiet"] if quiet else []), "--", "--envs", "4")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr  # copy 1 failed
+    for index in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[client {index}] ")]
+        text = "\n".join(mine)
+        assert f"[client {index}] summary: copy={index}" in mine, result.stdout
+        assert f"[client {index}] WARNING sim: a slow frame" in mine, result.stdout
+        assert "UserWarning: a knob that goes away" in text, result.stdout
+        shown = f"[client {index}] args ['--address', '127.0.0.1:1', '--envs', '4']" in mine
+        assert shown is not quiet and ("progress: steps=10" in text) is not quiet, result.stdout
+        assert (f"[client {index}] INFO sim: connected" in mine) is not quiet, result.stdout
+    crash = [line for line in lines if line.startswith("[client 1] ")]
+    start = crash.index("[client 1] Traceback (most recent call last):")
+    assert crash[-1] == "[client 1] RuntimeError: the simulator crashed", result.stdout
+    assert all(line.startswith("[client 1]   ") for line in crash[start + 1:-1]), result.stdout  # the whole traceback
+
+
+_GAME = """\
+import sys
+sys.path.insert(0, {examples!r})
+from dummy_cartpole_client import CartPole
+
+
+class Game:
+    def __init__(self, seed):
+        self.env = CartPole(seed)
+
+    def reset(self):
+        return self.env.reset()[0]
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return obs, reward, terminated or truncated
+"""
+
+
+def test_the_script_in_clients_md_runs_under_rlinks_client(tmp_path):
+    """docs/CLIENTS.md's script as printed (a CartPole for its game) under `rlinks client -n 2 -- --max-steps N`."""
+    from peers import RLinkTestServer
+    from test_env_client import our_weights
+
+    code = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "CLIENTS.md").read_text(), re.S).group(1)
+    (tmp_path / "my_sim.py").write_text(code)
+    (tmp_path / "my_game.py").write_text(_GAME.format(examples=str(ROOT / "examples")))
+    server = RLinkTestServer(on_message=our_weights, extensions=("want_steps", "ack")).start()
+    try:
+        result = rlinks("client", "--address", server.address, "-n", "2", "--script", str(tmp_path / "my_sim.py"),
+                        "--", "--max-steps", "300", timeout=120)
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    summaries = sorted(line.split(" episodes=")[0] for line in result.stdout.splitlines() if "summary:" in line)
+    assert summaries == ["[client 0] summary: steps=300", "[client 1] summary: steps=300"], result.stdout
+
+
 def test_learner_and_clients_with_two_cpu_learners(tmp_path):
     """`rlinks learner` with --num-learners 2 on the CPU trains clients that `rlinks client` starts.
 
