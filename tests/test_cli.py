@@ -168,8 +168,11 @@ def test_learner_and_clients_with_two_cpu_learners(tmp_path):
     """`rlinks learner` with --num-learners 2 on the CPU trains clients that `rlinks client` starts.
 
     The target can't be met in 3 iterations, so the learner must say so and exit 2,
-    leaving its checkpoint, CSV and curve behind.
+    leaving its checkpoint, CSV and curve behind. None of the lines Ray and RLlib print that
+    no one can act on (training/quiet.py) shows, from the driver or from a runner or learner.
     """
+    from rlinks_rllib.training import quiet
+
     output = tmp_path / "run"
     learner = subprocess.Popen(
         [*RLINKS, "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0", "--num-env-runners", "1",
@@ -203,6 +206,10 @@ def test_learner_and_clients_with_two_cpu_learners(tmp_path):
                 proc.wait(timeout=10)
     assert learner.returncode == 2, out
     assert "stopped: mean return" in out and "iter    3 |" in out
+    known = [k.message for k in quiet.KNOWN_WARNINGS + quiet.KNOWN_LOG_LINES]
+    shown = [p for p in known if re.search(p, out, re.M)] + [p.pattern for p in quiet.KNOWN_STDERR_LINES
+                                                             if p.search(out.encode())]
+    assert not shown, out
     assert client_out.count("summary: steps=") == 2, client_out
     rows = list(csv.DictReader(open(output / "progress.csv")))
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3]

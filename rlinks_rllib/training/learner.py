@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from . import quiet
 from .config_file import build_algorithm_config, load_spec
 from .files import write_json_whole
 from .report import format_row, plot_curve, row_from_result, write_csv
@@ -77,14 +78,16 @@ def _init_ray(config) -> None:
 
     if ray.is_initialized():
         return
+    # Every worker drops the known-harmless lines too (quiet.py), before RLlib says them.
+    workers = quiet.runtime_env() or None
     if os.environ.get("RAY_ADDRESS"):
-        ray.init()  # inside `ray job submit`, or pointed at a cluster on purpose
+        ray.init(runtime_env=workers)  # inside `ray job submit`, or pointed at a cluster on purpose
     else:
         # A fresh local instance (never attach to a stale address file), with
         # enough logical CPUs for every actor the config asks for: on a laptop
         # they share the cores rather than wait forever for free ones.
         ray.init(address="local", include_dashboard=False,
-                 num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)))
+                 num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)), runtime_env=workers)
 
 
 #: How long the learner waits for its runners to say where they are and how busy (one may be cut off).
@@ -185,6 +188,7 @@ def run_learner(
     Raises:
         ConfigFileError: the config file or an override is invalid.
     """
+    quiet.install()  # before RLlib is imported: it warns as it loads
     from ..server.env_runner import runner_addresses
 
     spec = load_spec(opts.config)
@@ -195,7 +199,8 @@ def run_learner(
     output.mkdir(parents=True, exist_ok=True)
 
     _init_ray(config)
-    algo = config.build_algo()
+    with quiet.stderr_without_known_lines():  # where RLlib makes its runners (Ray's C++ warns then)
+        algo = config.build_algo()
     directory = None
     try:
         if opts.resume:
