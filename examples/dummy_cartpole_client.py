@@ -128,7 +128,7 @@ def print_progress(client: EnvClient, every: float, done: threading.Event) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         summary = run(parse_args(argv))
     except NotAgreed as exc:

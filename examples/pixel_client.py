@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     summary = run(parse_args(argv))
     print("summary: " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
     return 0
