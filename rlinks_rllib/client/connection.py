@@ -383,6 +383,8 @@ class RLinkClient:
         self._uses_directory = False
         self._closed = False
         self._warned_no_ack = False
+        #: The learner said ``shutting_down``: batches it never acknowledged will never be trained.
+        self._learner_ended = False
         # Served actions: the envs with an episode open on the runner (as of
         # connection _open_generation), those whose episode a dropped
         # connection closed, and the weights of the last actions.
@@ -509,12 +511,8 @@ class RLinkClient:
         self._closed = True
         self._closing.set()
         if self._window.pending:
-            self._log.warning(
-                "closing the connection to %s with %d batch(es) not acknowledged (seq %s); "
-                "call flush() first to wait for them",
-                self.address, len(self._window.pending), seq_range(self._window.pending),
-            )
-            self._window.clear()
+            self._give_up_pending("closing the connection to %s with %d batch(es) not acknowledged (seq %s); "
+                                  "call flush() first to wait for them")
         self._discard_connection()
 
     # ------------------------------------------------------------------
@@ -846,6 +844,7 @@ class RLinkClient:
                     self._connect(job, give_up_at)
                 return op()
             except (ConnectionLost, ServerError) as exc:
+                self._learner_ended = self._learner_ended or self._retry.shutting_down(exc)
                 self._discard_connection()
                 if self._closed:
                     raise ClientClosed(f"{what}: the client was closed") from exc
@@ -1037,12 +1036,22 @@ class RLinkClient:
         if link is not None:
             link.close()
         if self._window.pending and not self.reliable:
-            self._log.warning(
-                "connection to %s closed with %d batch(es) not acknowledged (seq %s); they may be lost "
-                "(reliable=True resends them)", self.address, len(self._window.pending),
-                seq_range(self._window.pending),
-            )
-            self._window.clear()
+            self._give_up_pending("connection to %s closed with %d batch(es) not acknowledged (seq %s); "
+                                  "they may be lost (reliable=True resends them)")
+
+    def _give_up_pending(self, warning: str) -> None:
+        """Forget the unacknowledged batches, with ``warning`` (address, count, seqs) unless the learner ended.
+
+        After the learner's ``shutting_down`` nothing is lost that could be
+        saved: it trains no more, so that is said as information.
+        """
+        pending = self._window.pending
+        if self._learner_ended:
+            self._log.info("the learner at %s stopped before acknowledging %d batch(es) (seq %s): sent after its "
+                           "last update, never trained", self.address, len(pending), seq_range(pending))
+        else:
+            self._log.warning(warning, self.address, len(pending), seq_range(pending))
+        self._window.clear()
 
     # ------------------------------------------------------------------
     # Checks
