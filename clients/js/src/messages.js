@@ -8,7 +8,7 @@
  */
 
 import { InvalidMessage, UnsupportedMessage } from "./errors.js";
-import { NdArray, typeName } from "./ndarray.js";
+import { isMap, NdArray, typeName } from "./ndarray.js";
 
 /** Every message type name, spelled as on the wire. */
 export const MessageType = Object.freeze({
@@ -57,7 +57,7 @@ const isInt = (v) => (typeof v === "number" && Number.isInteger(v)) || typeof v 
 const is = {
   int: isInt,
   bin: (v) => v instanceof Uint8Array,
-  map: (v) => v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Uint8Array) && !(v instanceof NdArray),
+  map: isMap,
   list: (v) => Array.isArray(v),
   str: (v) => typeof v === "string",
   ndarray: (v) => v instanceof NdArray && !v.scalar,
@@ -107,7 +107,7 @@ function checkField(type, message, name, kinds) {
  * @throws {UnsupportedMessage} an unknown type, or one of RLlib's old API stack
  */
 export function messageType(message) {
-  if (!is.map(message) || message instanceof Map) throw new InvalidMessage(`a message must be a msgpack map, got ${typeName(message)}`);
+  if (!isMap(message)) throw new InvalidMessage(`a message must be a msgpack map, got ${typeName(message)}`);
   const name = message.type;
   if (typeof name !== "string") throw new InvalidMessage("a message must have a str field 'type'");
   if (!KNOWN.has(name)) throw new UnsupportedMessage(`unknown message type ${JSON.stringify(name.slice(0, 64))}`);
@@ -136,7 +136,7 @@ export function validateMessage(message) {
   }
   if (type === MessageType.EPISODES || type === MessageType.EPISODES_AND_GET_STATE) {
     message.episodes.forEach((episode, i) => {
-      if (!is.map(episode) || episode instanceof Map) {
+      if (!isMap(episode)) {
         throw new InvalidMessage(`${type}: episodes[${i}] must be a map, got ${typeName(episode)}`);
       }
     });

@@ -233,3 +233,8 @@ export function typeName(value) {
   if (typeof value === "object") return "map";
   return typeof value;
 }
+
+/** Whether a decoded value is a msgpack map with str keys (a plain object, not an array or bin). */
+export function isMap(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value) && !ArrayBuffer.isView(value) && !(value instanceof NdArray) && !(value instanceof Map) && !(value instanceof Complex);
+}

@@ -1,0 +1,344 @@
+/**
+ * What a simulator's loop calls to train with an RLlib learner: act, report, and the rest is done for you.
+ *
+ * The JavaScript side of the Python `EnvClient` (docs/SIMULATOR.md), with
+ * the same calls and meaning:
+ *
+ *     const client = new EnvClient("127.0.0.1:5555");
+ *     await client.run(async () => {
+ *       let obs = sim.reset();
+ *       for (;;) {
+ *         const action = await client.act(obs);          // the policy runs here
+ *         const step = sim.step(action);
+ *         await client.report(step.reward, step.obs, step.terminated, step.truncated);
+ *         obs = step.terminated || step.truncated ? sim.reset() : step.obs;
+ *       }
+ *     });  // returns when the learner ends the run or stop() was called
+ *
+ * One object per connection. It owns the policy (RLlib's default MLP, run
+ * here), the episode recording, the weights, sending, pacing, reconnects
+ * and shutdown. On-policy (PPO), the report that completes the runner's
+ * share of the next update sends it and waits for the weights trained on
+ * it. Off-policy, a batch goes every `rollout_fragment_length` steps and the
+ * weights are fetched every `weightsEveryMs`.
+ *
+ * Errors from any call: TrainingEnded (the learner ended the run: the normal
+ * end), ClientClosed (after stop() or close()), ConnectFailed,
+ * ConnectionLost, Timeout, ServerError, ProtocolError, UnsupportedModel (a
+ * module this client can't run; the message says why), UsageError (calls
+ * out of order or of the wrong size).
+ */
+
+import { Client } from "./client.js";
+import { BoxSpace, DiscreteSpace, readActionSpace, readRunnerConfig } from "./config.js";
+import { EpisodeBuilder } from "./episodes.js";
+import { ClientClosed, ErrorCode, ServerError, TrainingEnded, UnsupportedModel, UsageError } from "./errors.js";
+import { LocalPolicy } from "./policy.js";
+
+const RETURNS_KEPT = 100;
+
+const DEFAULTS = {
+  /** Envs stepped by this client, ids 0..numEnvs-1. */
+  numEnvs: 1,
+  /** null: as the runner's algorithm says (PPO yes, APPO no). */
+  onPolicy: null,
+  /** Sample (false: the greedy action, logp 0). */
+  explore: true,
+  seed: undefined,
+  /** Off-policy: least milliseconds between two weight fetches. */
+  weightsEveryMs: 1000,
+  /** How a Box action becomes the one the env applies (RLlib's normalize_actions / clip_actions). */
+  normalizeActions: true,
+  clipActions: false,
+  /** Only for RLlib's own server, which describes itself only as a pickle (never read here). */
+  actionSpace: null,
+  rolloutFragmentLength: 500,
+  fcnetActivation: "tanh",
+  headFcnetActivation: "relu",
+};
+
+function sameObservation(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (Math.fround(a[i]) !== Math.fround(b[i])) return false;
+  return true;
+}
+
+export class EnvClient {
+  /**
+   * @param {string} address the learner's directory (or a runner): `host:port`, `ws://host:port`
+   * @param {object} [options] the options above, and Client's (timeoutMs, retryAttempts, secret, warn, ...);
+   *   `reliable` defaults to true and `timeoutMs` to 120 s here
+   */
+  constructor(address, options = {}) {
+    const { numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
+      rolloutFragmentLength, fcnetActivation, headFcnetActivation, ...connection } = { ...DEFAULTS, ...options };
+    if (!(Number.isInteger(numEnvs) && numEnvs >= 1)) throw new UsageError("numEnvs must be an int >= 1");
+    this.options = { numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
+      rolloutFragmentLength, fcnetActivation, headFcnetActivation };
+    this.client = new Client(address, { reliable: true, timeoutMs: 120_000, ...connection });
+    /** The runner's description (null: RLlib's own server), once connected. */
+    this.config = null;
+    this.policy = null;
+    this.onPolicy = false;
+    this._builders = [];
+    this._lastObs = new Array(numEnvs).fill(null);
+    this._taken = new Array(numEnvs).fill(null);
+    this._returns = new Array(numEnvs).fill(0);
+    this._wantSteps = 0;
+    this._lastWeightsAt = 0;
+    this._ready = null;
+    this._ended = false;
+    this._closed = false;
+    this._counters = { steps: 0, episodes: 0, waitMs: 0 };
+    this._recentReturns = [];
+  }
+
+  /** What the loop did and what the connection delivered. */
+  get stats() {
+    const n = this._recentReturns.length;
+    return {
+      ...this._counters,
+      meanReturn: n ? this._recentReturns.reduce((a, b) => a + b, 0) / n : NaN,
+      weightsSeqNo: this.policy?.seqNo ?? 0,
+      delivery: this.client.stats,
+    };
+  }
+
+  /** The runner connected to (a directory sends each connection to a live runner). */
+  get address() {
+    return this.client.address;
+  }
+
+  /** False once the learner ended the run, stop() was called, or the client closed. */
+  get running() {
+    return !this._ended && !this._closed && !this.client.stopped;
+  }
+
+  /** Connect, read the runner's config and weights, and build the policy; other calls do it when needed. */
+  async connect() {
+    await this._guarded(() => this._setup());
+    return this;
+  }
+
+  /**
+   * Run `loop` (the simulator's loop, calling act() and report()) and close: with a flush when it
+   * returned, without when it threw. Returns "finished", "training_ended" (the learner ended the
+   * run) or "stopped" (stop() was called); anything else is thrown, the client closed first.
+   */
+  async run(loop) {
+    try {
+      await loop(this);
+    } catch (error) {
+      await this.close({ flush: false });
+      if (error instanceof TrainingEnded) return "training_ended";
+      if (error instanceof ClientClosed && this.client.stopped) return "stopped";
+      throw error;
+    }
+    await this.close();
+    return this._ended ? "training_ended" : this.client.stopped ? "stopped" : "finished";
+  }
+
+  /**
+   * The action for `obs` (a number for a Discrete space, a Float32Array for a Box, as the env applies it).
+   * An env's first act() starts its episode; after that `obs` must be what the last report() gave.
+   */
+  async act(obs, env = 0) {
+    return this._guarded(async () => {
+      await this._setup();
+      this._checkEnv(env);
+      if (this._taken[env] !== null) throw new UsageError(`act() for env ${env} twice without report() between`);
+      const builder = this._builders[env];
+      if (!builder.running) {
+        builder.reset(obs);
+        this._returns[env] = 0;
+      } else if (!sameObservation(obs, this._lastObs[env])) {
+        throw new UsageError(`act(obs) for env ${env}: obs is not the observation its last report() gave; call startEpisode(obs) to start a new episode there`);
+      }
+      this._lastObs[env] = Float32Array.from(obs);
+      const taken = this.policy.act(obs);
+      this._taken[env] = taken;
+      return taken.forEnv;
+    });
+  }
+
+  /**
+   * The outcome of env's last action: its reward, the observation now, whether the episode ended.
+   * On-policy, the report that completes the runner's share sends it and waits for the new weights.
+   */
+  async report(reward, nextObs, terminated = false, truncated = false, env = 0) {
+    return this._guarded(async () => {
+      await this._setup();
+      this._checkEnv(env);
+      const taken = this._taken[env];
+      if (taken === null) throw new UsageError(`report() for env ${env} without its act() first`);
+      this._builders[env].step(taken, Number(reward), nextObs, terminated, truncated);
+      this._taken[env] = null;
+      this._lastObs[env] = Float32Array.from(nextObs);
+      this._counters.steps++;
+      this._returns[env] += Number(reward);
+      if (terminated || truncated) this._episodeEnded(env);
+      await this._pace();
+    });
+  }
+
+  /** Start a new episode at `obs` (a running one ends as truncated); optional before act(). */
+  async startEpisode(obs, env = 0) {
+    return this._guarded(async () => {
+      await this._setup();
+      this._checkEnv(env);
+      if (this._builders[env].running && this._builders[env].steps > 0) this._episodeEnded(env);
+      this._builders[env].reset(obs);
+      this._taken[env] = null;
+      this._returns[env] = 0;
+      this._lastObs[env] = Float32Array.from(obs);
+    });
+  }
+
+  /** End the running episode where it stands (truncated), e.g. when the game is abandoned. */
+  async endEpisode(env = 0) {
+    return this._guarded(async () => {
+      await this._setup();
+      this._checkEnv(env);
+      if (this._builders[env].running && this._builders[env].steps > 0) this._episodeEnded(env);
+      this._builders[env].truncate();
+      this._taken[env] = null;
+    });
+  }
+
+  /** Fetch the latest weights now. */
+  async refreshWeights() {
+    return this._guarded(async () => {
+      await this._setup();
+      await this._fetchWeights();
+    });
+  }
+
+  /** End the loop: the next call, or one waiting now, throws ClientClosed; run() returns "stopped". */
+  stop() {
+    this.client.stop();
+  }
+
+  /**
+   * Deliver what is due and wait for its ACKs (off-policy: the steps recorded; on-policy: only whole
+   * shares are ever sent), then close. After stop(), or once the learner ended, closes without sending.
+   */
+  async close({ flush = true } = {}) {
+    if (this._closed) return;
+    try {
+      if (flush && this._ready !== null && !this._ended && !this.client.stopped && !this.onPolicy) {
+        const chunks = this._takeChunks();
+        if (chunks.length) await this.client.sendEpisodes(chunks);
+        await this.client.flush();
+      } else if (flush && this._ready !== null && !this._ended && !this.client.stopped) {
+        await this.client.flush();
+      }
+    } catch (error) {
+      if (!(error instanceof ServerError && error.code === ErrorCode.SHUTTING_DOWN) && !(error instanceof ClientClosed)) throw error;
+    } finally {
+      this._closed = true;
+      this.client.close();
+    }
+  }
+
+  // -------------------------------------------------------------------------
+
+  async _guarded(body) {
+    if (this._closed) throw new ClientClosed("this EnvClient was closed");
+    try {
+      return await body();
+    } catch (error) {
+      if (error instanceof ServerError && error.code === ErrorCode.SHUTTING_DOWN && !(error instanceof TrainingEnded)) {
+        this._ended = true;
+        throw new TrainingEnded(error.text);
+      }
+      throw error;
+    }
+  }
+
+  _setup() {
+    this._ready ??= this._connectAndBuild().catch((error) => {
+      this._ready = null;
+      throw error;
+    });
+    return this._ready;
+  }
+
+  async _connectAndBuild() {
+    const o = this.options;
+    this.config = readRunnerConfig(await this.client.getConfig());
+    let space;
+    let activation = o.fcnetActivation;
+    let headActivation = o.headFcnetActivation;
+    let fragment = o.rolloutFragmentLength;
+    if (this.config !== null) {
+      space = readActionSpace(this.config.actionSpace);
+      if (space === null) throw new UnsupportedModel(`this client can't act in the runner's action space ${JSON.stringify(this.config.actionSpace?.kind)}`);
+      activation = this.config.fcnetActivation;
+      headActivation = this.config.headFcnetActivation;
+      fragment = this.config.rolloutFragmentLength;
+      this.onPolicy = o.onPolicy ?? this.config.onPolicy;
+    } else {
+      if (o.actionSpace === null) {
+        throw new UsageError(`${this.client.address} describes itself only as RLlib's pickle: give the actionSpace (and rolloutFragmentLength, fcnetActivation) options`);
+      }
+      space = o.actionSpace instanceof DiscreteSpace || o.actionSpace instanceof BoxSpace ? o.actionSpace : readActionSpace(o.actionSpace);
+      this.onPolicy = o.onPolicy ?? true;
+    }
+    this._fragment = fragment;
+    const update = await this.client.getState();
+    this.policy = new LocalPolicy(update.weights, {
+      space, fcnetActivation: activation, headFcnetActivation: headActivation, explore: o.explore, seed: o.seed,
+      normalizeActions: o.normalizeActions, clipActions: o.clipActions,
+    });
+    if (this.config?.observationSize != null && this.config.observationSize !== this.policy.observationSize) {
+      throw new UnsupportedModel(`the module takes ${this.policy.observationSize} inputs but the observation space has ${this.config.observationSize} numbers`);
+    }
+    this._wantSteps = update.wantSteps ?? fragment;
+    this._lastWeightsAt = Date.now();
+    this._builders = Array.from({ length: o.numEnvs }, () => new EpisodeBuilder({
+      observationSize: this.policy.observationSize,
+      boxActionShape: space.kind === "box" ? [...space.shape] : null,
+      distInputsSize: this.policy.network.outputSize,
+    }));
+  }
+
+  _checkEnv(env) {
+    if (!(Number.isInteger(env) && env >= 0 && env < this.options.numEnvs)) {
+      throw new UsageError(`env ${env} is not one of 0..${this.options.numEnvs - 1} (numEnvs)`);
+    }
+  }
+
+  _episodeEnded(env) {
+    this._counters.episodes++;
+    this._recentReturns.push(this._returns[env]);
+    if (this._recentReturns.length > RETURNS_KEPT) this._recentReturns.shift();
+  }
+
+  _pendingSteps() {
+    return this._builders.reduce((sum, builder) => sum + builder.pendingSteps, 0);
+  }
+
+  _takeChunks() {
+    return this._builders.flatMap((builder) => builder.takeChunks());
+  }
+
+  async _pace() {
+    const started = Date.now();
+    if (this.onPolicy) {
+      if (this._pendingSteps() < this._wantSteps) return;
+      const update = await this.client.sendEpisodesAndGetState(this._takeChunks());
+      this.policy.setWeights(update.weights);
+      this._wantSteps = update.wantSteps ?? this._fragment;
+    } else {
+      if (this._pendingSteps() >= this._fragment) await this.client.sendEpisodes(this._takeChunks());
+      if (Date.now() - this._lastWeightsAt >= this.options.weightsEveryMs) await this._fetchWeights();
+    }
+    this._counters.waitMs += Date.now() - started;
+  }
+
+  async _fetchWeights() {
+    const update = await this.client.getState();
+    this.policy.setWeights(update.weights);
+    this._lastWeightsAt = Date.now();
+  }
+}

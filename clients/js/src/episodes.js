@@ -1,0 +1,244 @@
+/**
+ * Single-agent episodes on the wire (PROTOCOL.md section 7): what one env did, recorded step by step and sent as chunks.
+ *
+ * Each chunk is the map RLlib's `SingleAgentEpisode.get_state()` gives, in
+ * the stacked form (`finalized: true`: one array per column): observations
+ * `[T+1, obs]` float32, actions `[T]` int64 (Discrete) or `[T, *shape]`
+ * float32 (Box), rewards `[T]` float32, and the extra model outputs
+ * (`action_logp` `[T]`, `action_dist_inputs` `[T, n]`). A running episode
+ * cut at a batch boundary goes on in the next chunk with the same `id_`,
+ * `t_started` = the old `t`, and the old chunk's last observation first
+ * (RLlib's `episode.cut()`).
+ */
+
+import { float64 } from "./codec.js";
+import { UsageError } from "./errors.js";
+import { NdArray } from "./ndarray.js";
+
+/** Env steps per chunk at most (the runner's check allows 65,536). */
+export const MAX_CHUNK_STEPS = 65536;
+
+function buffer(data, finalized) {
+  return { data, lookback: 0, finalized, space: null };
+}
+
+function now() {
+  return performance.now() / 1000;
+}
+
+function newId() {
+  const bytes = globalThis.crypto?.getRandomValues ? crypto.getRandomValues(new Uint8Array(16)) : Uint8Array.from({ length: 16 }, () => Math.floor(Math.random() * 256));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** A growable Float32 column of fixed-width rows. */
+class Column {
+  constructor(width) {
+    this.width = width;
+    this.data = new Float32Array(64 * Math.max(width, 1));
+    this.rows = 0;
+  }
+
+  push(values) {
+    const width = Math.max(this.width, 1);
+    if ((this.rows + 1) * width > this.data.length) {
+      const grown = new Float32Array(this.data.length * 2);
+      grown.set(this.data);
+      this.data = grown;
+    }
+    if (typeof values === "number") this.data[this.rows * width] = values;
+    else this.data.set(values, this.rows * width);
+    this.rows++;
+  }
+
+  /** Keep only the last row. */
+  keepLast() {
+    const width = Math.max(this.width, 1);
+    this.data.copyWithin(0, (this.rows - 1) * width, this.rows * width);
+    this.rows = 1;
+  }
+
+  clear() {
+    this.rows = 0;
+  }
+
+  array(shape) {
+    return NdArray.from(this.data.slice(0, this.rows * Math.max(this.width, 1)), shape);
+  }
+}
+
+/**
+ * Records one env's episode and hands out its chunks.
+ *
+ * reset(obs) starts an episode; step(...) records one env step; a step that
+ * terminates or truncates ends it; takeChunks() cuts a running episode and
+ * returns every chunk finished since the last call.
+ */
+export class EpisodeBuilder {
+  /**
+   * @param {{observationSize: number, boxActionShape?: number[] | null, distInputsSize?: number,
+   *   maxChunkSteps?: number}} options `boxActionShape` null for Discrete actions; `distInputsSize` 0 for no extra outputs
+   */
+  constructor({ observationSize, boxActionShape = null, distInputsSize = 0, maxChunkSteps = MAX_CHUNK_STEPS }) {
+    if (!(observationSize >= 1)) throw new UsageError("observations need at least one value");
+    this.observationSize = observationSize;
+    this.boxShape = boxActionShape;
+    this.boxSize = boxActionShape === null ? 0 : boxActionShape.reduce((a, b) => a * b, 1);
+    this.distInputsSize = distInputsSize;
+    this.maxChunkSteps = maxChunkSteps;
+    this.observations = new Column(observationSize);
+    this.actions = this.boxSize ? new Column(this.boxSize) : [];
+    this.rewards = new Column(0);
+    this.logp = new Column(0);
+    this.distInputs = new Column(distInputsSize);
+    this.running = false;
+    this.id = "";
+    this.tStarted = 0;
+    this.steps = 0;
+    this.startTime = null;
+    this.lastStepTime = null;
+    this.finished = [];
+    /** Env steps in the chunks finished and not yet taken. */
+    this.finishedSteps = 0;
+  }
+
+  /** Env steps recorded and not yet handed out. */
+  get pendingSteps() {
+    return this.finishedSteps + this.steps;
+  }
+
+  /** Start an episode at `observation` (a running one ends as truncated); returns its id. */
+  reset(observation) {
+    if (this.running && this.steps > 0) this._finish(false, true);
+    this.running = true;
+    this.id = newId();
+    this.tStarted = 0;
+    this._clearSteps();
+    this.observations.clear();
+    this.observations.push(this._checkObservation(observation));
+    this.startTime = now();
+    this.lastStepTime = null;
+    return this.id;
+  }
+
+  /**
+   * Record one env step: the action taken (as recorded), the reward it got, the observation after it.
+   * @param {{action: number | Float32Array, logp?: number, distInputs?: Float32Array}} taken
+   */
+  step(taken, reward, observation, terminated = false, truncated = false) {
+    if (!this.running) throw new UsageError("step() needs a running episode: call reset() first");
+    if (!Number.isFinite(reward)) throw new UsageError(`a reward must be a finite number, got ${reward}`);
+    const next = this._checkObservation(observation);
+    if (this.boxSize) {
+      if (taken.action?.length !== this.boxSize) throw new UsageError(`a Box action needs ${this.boxSize} values`);
+      this.actions.push(taken.action);
+    } else {
+      if (!Number.isInteger(taken.action)) throw new UsageError(`a Discrete action must be an int, got ${taken.action}`);
+      this.actions.push(taken.action);
+    }
+    if (this.distInputsSize) {
+      this.logp.push(taken.logp);
+      this.distInputs.push(taken.distInputs);
+    }
+    this.rewards.push(reward);
+    this.observations.push(next);
+    this.steps++;
+    this.lastStepTime = now();
+    if (terminated || truncated) {
+      this._finish(terminated, truncated);
+    } else if (this.steps >= this.maxChunkSteps) {
+      this._cut();
+    }
+  }
+
+  /** End the running episode where it stands (truncated). */
+  truncate() {
+    if (this.running && this.steps > 0) this._finish(false, true);
+    this.running = false;
+  }
+
+  /** Every chunk finished since the last call, a running episode cut first. */
+  takeChunks() {
+    if (this.running && this.steps > 0) this._cut();
+    const chunks = this.finished;
+    this.finished = [];
+    this.finishedSteps = 0;
+    return chunks;
+  }
+
+  _checkObservation(observation) {
+    if (observation?.length !== this.observationSize) {
+      throw new UsageError(`an observation needs ${this.observationSize} numbers, got ${observation?.length}`);
+    }
+    return observation;
+  }
+
+  _clearSteps() {
+    this.steps = 0;
+    if (this.boxSize) this.actions.clear();
+    else this.actions = [];
+    this.rewards.clear();
+    this.logp.clear();
+    this.distInputs.clear();
+  }
+
+  _finish(terminated, truncated) {
+    this._emit(terminated, truncated);
+    this.running = false;
+    this._clearSteps();
+  }
+
+  _cut() {
+    this._emit(false, false);
+    this.observations.keepLast();
+    this.tStarted += this.steps;
+    this._clearSteps();
+    // The next chunk's clock starts where this one stopped, so chunk durations add up to the episode's.
+    this.startTime = this.lastStepTime;
+  }
+
+  _emit(terminated, truncated) {
+    const steps = this.steps;
+    const actions = this.boxSize
+      ? this.actions.array([steps, ...this.boxShape])
+      : NdArray.from(BigInt64Array.from(this.actions, BigInt), [steps]);
+    const extra = this.distInputsSize
+      ? {
+          action_logp: buffer(this.logp.array([steps]), true),
+          action_dist_inputs: buffer(this.distInputs.array([steps, this.distInputsSize]), true),
+        }
+      : null;
+    this.finished.push({
+      id_: this.id,
+      agent_id: null,
+      module_id: null,
+      multi_agent_episode_id: null,
+      observations: buffer(this.observations.array([steps + 1, this.observationSize]), true),
+      actions: buffer(actions, true),
+      rewards: buffer(this.rewards.array([steps]), true),
+      infos: buffer(Array.from({ length: steps + 1 }, () => ({})), false),
+      extra_model_outputs: extra,
+      is_terminated: terminated,
+      is_truncated: truncated,
+      t_started: this.tStarted,
+      t: this.tStarted + steps,
+      _observation_space: null,
+      _action_space: null,
+      _start_time: this.startTime === null ? null : float64(this.startTime),
+      _last_step_time: this.lastStepTime === null ? null : float64(this.lastStepTime),
+      custom_data: {},
+    });
+    this.finishedSteps += steps;
+  }
+}
+
+/** Env steps in an episode state (its rewards' length less lookback). */
+export function episodeSteps(state) {
+  const rewards = state?.rewards;
+  const data = rewards?.data;
+  const size = Array.isArray(data) ? data.length : data instanceof NdArray && data.shape.length ? data.shape[0] : null;
+  if (size === null || !Number.isInteger(rewards.lookback)) {
+    throw new UsageError("an episode state needs a rewards buffer with data (a list or an array with a step axis) and lookback");
+  }
+  return Math.max(size - rewards.lookback, 0);
+}

@@ -1,0 +1,87 @@
+/**
+ * RLlink over WebSocket: one binary message per RLlink frame body (no 8-digit header: WebSocket frames it).
+ *
+ * In a browser the page's own `WebSocket`; under Node the `ws` package (an
+ * optional dependency: `npm install ws`), since Node 20 has no WebSocket
+ * client without a flag. A text message is a protocol error.
+ */
+
+import { ConnectionLost, FrameError, ProtocolError, UsageError } from "./errors.js";
+import { decodeMessage } from "./framing.js";
+import { Transport } from "./transport.js";
+
+async function webSocketClass() {
+  if (typeof globalThis.WebSocket === "function") return globalThis.WebSocket;
+  try {
+    return (await import("ws")).default;
+  } catch {
+    throw new UsageError("this JavaScript runtime has no WebSocket: under Node, install the 'ws' package (npm install ws)");
+  }
+}
+
+export class WebSocketTransport extends Transport {
+  constructor(address, socket, maxFrameBytes) {
+    super(address);
+    this.socket = socket;
+    socket.onmessage = (event) => {
+      if (this.closed) return;
+      try {
+        if (typeof event.data === "string") throw new FrameError("a text WebSocket message: RLlink bodies travel as binary messages");
+        this._deliver([decodeMessage(new Uint8Array(event.data), maxFrameBytes)]);
+      } catch (error) {
+        if (!(error instanceof ProtocolError)) throw error;
+        this._violation(error);
+      }
+    };
+    socket.onclose = (event) => {
+      const reason = event.reason ? `: ${event.reason}` : "";
+      this._closed(new ConnectionLost(`${address} closed the connection (WebSocket close ${event.code}${reason})`));
+    };
+    socket.onerror = () => this._closed(new ConnectionLost(`connection to ${address} lost`));
+  }
+
+  static async open(address, { connectTimeoutMs, maxFrameBytes }) {
+    const WebSocket = await webSocketClass();
+    const url = `${address.scheme}://${address.host.includes(":") ? `[${address.host}]` : address.host}:${address.port}${address.path}`;
+    return new Promise((resolve, reject) => {
+      const socket = new WebSocket(url);
+      socket.binaryType = "arraybuffer";
+      const timer = setTimeout(() => {
+        socket.close();
+        reject(new ConnectionLost(`could not connect to ${address} within ${connectTimeoutMs / 1000} s`));
+      }, connectTimeoutMs);
+      socket.onerror = () => {
+        clearTimeout(timer);
+        reject(new ConnectionLost(`could not connect to ${address} (WebSocket)`));
+      };
+      socket.onclose = socket.onerror;
+      socket.onopen = () => {
+        clearTimeout(timer);
+        resolve(new WebSocketTransport(address, socket, maxFrameBytes));
+      };
+    });
+  }
+
+  async send(body, timeoutMs) {
+    if (this.closed) throw this._closedWith;
+    this._sendNow(body);
+    // The browser's WebSocket says nothing when a message is written: wait until its buffer drains.
+    const drained = (async () => {
+      while (this.socket.bufferedAmount > 0 && !this.closed) await new Promise((r) => setTimeout(r, 5));
+      if (this.closed) throw new ConnectionLost(`connection to ${this.address} lost while sending`);
+    })();
+    return this._writeTimeout(drained, timeoutMs);
+  }
+
+  _sendNow(body) {
+    this.socket.send(body);
+  }
+
+  _destroy() {
+    try {
+      this.socket.close();
+    } catch {
+      // Closing a socket that never opened.
+    }
+  }
+}
