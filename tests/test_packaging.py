@@ -1,7 +1,7 @@
 """The package as the two machines install it: a wheel built from this checkout.
 
-* A simulator machine runs ``pip install rlinks-rllib``: numpy and msgpack,
-  no Ray, torch or yaml; the bundled dummy client trains from there.
+* A simulator machine runs ``pip install rlinks-rllib``: numpy, msgpack and
+  websockets (pure Python), no Ray, torch or yaml; the bundled dummy client trains from there.
 * A learner machine installs the ``rllib`` extra and runs ``rlinks demo`` in
   an empty folder: the configs and the dummy client come from the wheel.
 
@@ -130,7 +130,7 @@ def test_a_source_tree_runs_its_own_configs_and_dummy_client():
 
 
 @pytest.mark.timeout(300)
-def test_the_wheel_holds_configs_and_dummy_client_and_needs_only_numpy_and_msgpack(built):
+def test_the_wheel_holds_configs_and_dummy_client_and_needs_only_numpy_msgpack_and_websockets(built):
     with zipfile.ZipFile(built.wheel) as wheel:
         names = set(wheel.namelist())
         metadata, = [n for n in names if n.endswith(".dist-info/METADATA")]
@@ -145,7 +145,7 @@ def test_the_wheel_holds_configs_and_dummy_client_and_needs_only_numpy_and_msgpa
     modules = {p.relative_to(built.source).as_posix() for p in (built.source / "rlinks_rllib").rglob("*.py")}
     assert modules <= names, f"missing from the wheel: {sorted(modules - names)}"
     base = [r for r in requires if "extra ==" not in r]
-    assert sorted(re.match(r"[A-Za-z0-9._-]+", r).group(0).lower() for r in base) == ["msgpack", "numpy"], base
+    assert sorted(re.match(r"[A-Za-z0-9._-]+", r).group(0).lower() for r in base) == ["msgpack", "numpy", "websockets"], base
     assert any(r.startswith("ray[rllib]") and 'extra == "rllib"' in r for r in requires), requires
 
 

@@ -6,6 +6,8 @@ Accepted forms::
     tcp://HOST:PORT      the same, with the scheme spelled out
     [V6]:PORT            [::1]:5555, tcp://[fe80::1%eth0]:5555
     tls://HOST:PORT      the same over TLS
+    ws://HOST:PORT       RLlink over WebSocket (PROTOCOL.md 13), on the same port
+    wss://HOST:PORT      the same over TLS (a trailing ``/`` is allowed on both)
 
 A ``(host, port)`` tuple or an :class:`Address` is taken as is (checked).
 """
@@ -18,20 +20,28 @@ from typing import Union
 __all__ = ["Address", "parse_address", "SCHEMES"]
 
 #: URL schemes :func:`parse_address` recognises.
-SCHEMES = ("tcp", "tls")
+SCHEMES = ("tcp", "tls", "ws", "wss")
 
 
 @dataclass(frozen=True)
 class Address:
-    """A learner's host and port, and whether the link is to use TLS."""
+    """A learner's host and port, whether the link is to use TLS, and whether RLlink travels over WebSocket."""
 
     host: str
     port: int
     tls: bool = False
+    websocket: bool = False
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'tls' if self.tls else 'tcp'}://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        """``tcp``, ``tls``, ``ws`` or ``wss``."""
+        if self.websocket:
+            return "wss" if self.tls else "ws"
+        return "tls" if self.tls else "tcp"
 
 
 AddressLike = Union[str, tuple, Address]
@@ -48,7 +58,8 @@ def parse_address(address: AddressLike) -> Address:
             nor an :class:`Address`.
     """
     if isinstance(address, Address):
-        return Address(_check_host(address.host, str(address)), _check_port(address.port, str(address)), address.tls)
+        return Address(_check_host(address.host, str(address)), _check_port(address.port, str(address)), address.tls,
+                       address.websocket)
     if isinstance(address, tuple):
         if len(address) != 2:
             raise ValueError(f"an address tuple must be (host, port), got {address!r}")
@@ -60,13 +71,16 @@ def parse_address(address: AddressLike) -> Address:
         raise TypeError(f"address must be a 'HOST:PORT' string, a (host, port) tuple or an Address, got {type(address).__name__}")
 
     text = address.strip()
-    tls = False
+    tls = websocket = False
     if "://" in text:
         scheme, _, text = text.partition("://")
         scheme = scheme.lower()
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r} in {address!r}; use tcp://HOST:PORT (or just HOST:PORT)")
-        tls = scheme == "tls"
+        tls = scheme in ("tls", "wss")
+        websocket = scheme in ("ws", "wss")
+        if websocket and text.endswith("/"):
+            text = text[:-1]
     if "/" in text:
         raise ValueError(f"an RLlink address has no path: {address!r}; use HOST:PORT")
 
@@ -83,7 +97,7 @@ def parse_address(address: AddressLike) -> Address:
             raise ValueError(f"address {address!r} has no port; use HOST:PORT, e.g. localhost:5555")
         if ":" in host:
             raise ValueError(f"put IPv6 addresses in brackets: [{host}]:{port_text} (got {address!r})")
-    return Address(_check_host(host, repr(address)), _check_port(port_text, repr(address)), tls)
+    return Address(_check_host(host, repr(address)), _check_port(port_text, repr(address)), tls, websocket)
 
 
 def _check_host(host: str, shown: str) -> str:

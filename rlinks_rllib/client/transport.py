@@ -1,5 +1,10 @@
 """The client's blocking socket: TCP or TLS, bytes out within a deadline, bytes into a Connection.
 
+For a ``ws://`` or ``wss://`` address the same socket carries RLlink over
+WebSocket: :class:`~.websocket.ClientWebSocket` sits between the socket and
+the Connection (the upgrade, then one binary message per frame), and every
+deadline and error here stays as it is.
+
 A :class:`Transport` moves bytes and nothing else; which bytes are legal is
 the business of the :class:`~rlinks_rllib.protocol.connection.Connection`
 it reads into. What it does know is how sockets fail, so it turns their
@@ -28,6 +33,7 @@ from ..protocol.codec import Buffer
 from ..protocol.connection import Connection
 from .address import Address
 from .errors import ConnectionLost, ServerTimeout, TLSFailed, TLSNotAvailable
+from .websocket import ClientWebSocket
 
 __all__ = ["Transport", "tls_context", "RECV_CHUNK"]
 
@@ -42,6 +48,8 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
 #: ... and data we sent that stays unacknowledged this long (Linux ``TCP_USER_TIMEOUT``).
 #: Either ends the connection (``ConnectionLost``), which a reliable client recovers from.
 USER_TIMEOUT_S = 15
+#: Time to write what the WebSocket layer answers on its own (a pong, the echo of a close).
+WEBSOCKET_ANSWER_TIMEOUT_S = 5.0
 #: Handshake failures that mean "this is not the server you trust"; never retried.
 _CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
 
@@ -83,7 +91,7 @@ def tls_context(
     if not address.tls:
         given = sorted(name for name, value in options.items() if value)
         if given:
-            raise ValueError(f"{', '.join(given)} given for {address}; use a tls:// address for TLS")
+            raise ValueError(f"{', '.join(given)} given for {address}; use a tls:// (or wss://) address for TLS")
         return None
     if ssl is None:
         raise TLSNotAvailable(f"{address} asks for TLS, but this Python was built without the ssl module")
@@ -123,6 +131,8 @@ class Transport:
         self.address = address
         self.tls = ssl is not None and isinstance(sock, ssl.SSLSocket)
         self.at_eof = False
+        #: The WebSocket layer of a ``ws://``/``wss://`` address, once upgraded; ``None``: plain RLlink.
+        self.websocket: Optional[ClientWebSocket] = None
 
     @classmethod
     def open(
@@ -163,7 +173,35 @@ class Transport:
         except BaseException:
             sock.close()
             raise
-        return cls(sock, address)
+        transport = cls(sock, address)
+        if address.websocket:
+            try:
+                transport._upgrade(connect_timeout)
+            except BaseException:
+                sock.close()
+                raise
+        return transport
+
+    def _upgrade(self, timeout: float) -> None:
+        """Ask for RLlink over WebSocket and read the 101, within ``timeout`` (PROTOCOL.md 13).
+
+        Raises:
+            ConnectFailed: the server refused the upgrade or is not a WebSocket server.
+            OSError: the socket failed or the answer did not come in time (worth another attempt).
+        """
+        websocket = ClientWebSocket(self.address)
+        deadline = time.monotonic() + timeout
+        try:
+            self.write(websocket.upgrade_request(), timeout=timeout, what="the WebSocket upgrade")
+        except (ConnectionLost, ServerTimeout) as exc:
+            raise ConnectionError(str(exc)) from exc
+        while not websocket.open:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self.address} did not answer the WebSocket upgrade within {timeout:g} s")
+            self.sock.settimeout(remaining)
+            websocket.receive_upgrade(self.sock.recv(RECV_CHUNK))
+        self.websocket = websocket
 
     def close(self) -> None:
         """Close the socket, waking a call blocked on it in another thread (``close()`` alone doesn't)."""
@@ -189,6 +227,11 @@ class Transport:
             ConnectionLost: the connection failed; the server may have said
                 why first (see :meth:`read_after_failed_write`).
         """
+        if self.websocket is not None:
+            parts = self.websocket.frames(parts)
+        self._write_bytes(parts, timeout=timeout, what=what)
+
+    def _write_bytes(self, parts: Sequence[Buffer], *, timeout: float, what: str) -> None:
         views = []
         for part in parts:
             view = memoryview(part)
@@ -253,7 +296,9 @@ class Transport:
             else:
                 data = self.sock.recv(RECV_CHUNK)
                 received = len(data)
-                if received:
+                if received and self.websocket is not None:
+                    self._websocket_data(conn, data, what)
+                elif received:
                     conn.receive_data(data)
         except BlockingIOError:
             return False
@@ -273,8 +318,19 @@ class Transport:
             raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
         if not received:
             self.at_eof = True
-            conn.receive_eof()
+            if self.websocket is not None:
+                self.websocket.receive_eof(conn)
+            else:
+                conn.receive_eof()
         return True
+
+    def _websocket_data(self, conn: Connection, data: bytes, what: str) -> None:
+        """Bytes of a WebSocket: whole messages to ``conn``; the WebSocket layer's answers (pongs) written."""
+        assert self.websocket is not None
+        answers = self.websocket.receive(conn, data)
+        if answers:
+            self._write_bytes(answers, timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
+                              what=f"a WebSocket answer (while we waited for {what})")
 
     def read_after_failed_write(self, conn: Connection) -> None:
         """After a failed write: read into ``conn`` what the server sent before it closed, if anything.
@@ -294,6 +350,8 @@ class Transport:
 
     def eof_hint(self, handshaking: bool) -> str:
         """Why a server may have closed the connection before the handshake was done ('' after it)."""
+        if self.websocket is not None and self.websocket.close_text:
+            return f" (WebSocket close: {self.websocket.close_text})"
         if not handshaking:
             return ""
         if self.tls:

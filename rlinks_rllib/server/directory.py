@@ -14,6 +14,8 @@ that connects here by mistake gets an ``ERROR`` naming the runners' ports.
 It guards its door as a runner does: with a shared secret it answers
 nothing but the handshake until the client has proved it knows the secret
 (``auth``, PROTOCOL.md §10.3), and with a certificate it speaks only TLS.
+Like a runner's port it takes RLlink over WebSocket too (PROTOCOL.md 13),
+with the same origin check.
 The learner builds it from the runners' own settings
 (:meth:`Directory.from_settings`), so one secret and one CA cover every port.
 
@@ -30,15 +32,18 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from .._version import SERVER_AGENT
 from ..protocol import Extension, ProtocolError, UnsupportedMessage, encode_message
 from ..protocol import messages as msgs
 from ..protocol.connection import Connection, EndpointsRequested, Role, State
 from ..protocol.errors import ErrorCode
+from ..protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
+from ..protocol.websocket import FirstBytes
 from .listener import server_ssl_context
 from .settings import RLinkSettings
+from .websocket import ServerWebSocket
 
 __all__ = ["Directory", "Endpoint"]
 
@@ -71,13 +76,15 @@ class Directory:
         ssl_context: a server-side TLS context (``listener.server_ssl_context``); ``None``: plain TCP.
         secret: the normalized shared secret clients must prove they know; ``None``: anyone may ask.
         handshake_timeout_s: time a connection has for its TLS handshake.
+        ws_allowed_origins: the page origins a WebSocket upgrade may come from (the runners' setting).
 
     Raises:
         OSError: the port can't be bound.
     """
 
     def __init__(self, host: str, port: int, *, ssl_context: Optional[ssl.SSLContext] = None,
-                 secret: Optional[bytes] = None, handshake_timeout_s: float = _CONNECTION_DEADLINE_S) -> None:
+                 secret: Optional[bytes] = None, handshake_timeout_s: float = _CONNECTION_DEADLINE_S,
+                 ws_allowed_origins: Iterable[str] = ()) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -92,6 +99,7 @@ class Directory:
         self._ssl = ssl_context
         self._secret = secret
         self._handshake_timeout_s = handshake_timeout_s
+        self._ws_allowed_origins = tuple(ws_allowed_origins)
         self._endpoints: list[Endpoint] = []
         self._lock = threading.Lock()
         self._connections = 0
@@ -110,7 +118,8 @@ class Directory:
             ValueError: ``auth="on"`` without a secret, or a malformed secret.
         """
         return cls(settings.host, settings.port, ssl_context=server_ssl_context(settings),
-                   secret=settings.auth_secret(), handshake_timeout_s=settings.handshake_timeout_s)
+                   secret=settings.auth_secret(), handshake_timeout_s=settings.handshake_timeout_s,
+                   ws_allowed_origins=settings.ws_allowed_origins)
 
     def start(self, timeout: float = 10.0) -> "Directory":
         self._thread.start()
@@ -179,30 +188,51 @@ class Directory:
         """Drive one :class:`Connection` in the directory role until the client leaves or errs."""
         conn = Connection(Role.DIRECTORY, extensions=[Extension.ENDPOINTS], agent=SERVER_AGENT,
                           secret=self._secret, max_frame_bytes=_MAX_MESSAGE_BYTES)
+        first, ws = FirstBytes(), None
         while True:
-            data = await reader.read(65536)
-            if data:
+            data: Optional[bytes] = await reader.read(65536)
+            if data and first.websocket is None:
+                data = first.feed(data)
+                if data is None:
+                    continue  # a prefix of "GET ": too soon to tell
+                if first.websocket:
+                    ws = ServerWebSocket(conn, allowed_origins=self._ws_allowed_origins,
+                                         max_message_bytes=_MAX_MESSAGE_BYTES,
+                                         handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, _MAX_MESSAGE_BYTES))
+            if ws is not None and data:
+                ws.receive_data(data)
+            elif ws is not None:
+                ws.receive_eof()
+            elif data:
                 conn.receive_data(data)
             else:
                 conn.receive_eof()
+            refusal = None
             try:
                 while (event := conn.next_event()) is not None:
                     if isinstance(event, EndpointsRequested):
                         conn.send_endpoints(self._refer())
+                if ws is not None and ws.error is not None:
+                    raise ws.error
             except UnsupportedMessage:
                 # (With a secret, only a client that proved it knows it gets this far.)
                 where = ", ".join(f"{e.host}:{e.port}" for e in self.endpoints()) or "none yet"
-                conn.send_error(
-                    ErrorCode.UNSUPPORTED_MESSAGE,
-                    f"this is the rlinks directory, not a runner; connect to a runner ({where}) "
-                    "or use an rlinks client, which asks here where to go",
-                )
+                refusal = (ErrorCode.UNSUPPORTED_MESSAGE,
+                           f"this is the rlinks directory, not a runner; connect to a runner ({where}) "
+                           "or use an rlinks client, which asks here where to go")
             except ProtocolError as exc:
                 logger.warning("rlinks directory: refused %s: %s (%s)", writer.get_extra_info("peername"),
                                exc, exc.code)
-                conn.send_error(exc.code, str(exc))
-            for part in conn.data_to_send():
+                refusal = (exc.code, str(exc))
+            if refusal is not None:
+                conn.send_error(*refusal)
+                if ws is not None:
+                    ws.close(*refusal)
+            for part in conn.data_to_send() if ws is None else ws.data_to_send():
                 writer.write(part)
             await writer.drain()
-            if not data or conn.state is State.CLOSED:
+            if ws is not None and ws.refusal is not None:
+                logger.warning("rlinks directory: WebSocket upgrade from %s refused: %s",
+                               writer.get_extra_info("peername"), ws.refusal)
+            if not data or conn.state is State.CLOSED or ws is not None and ws.finished:
                 return

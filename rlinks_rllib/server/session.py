@@ -28,6 +28,12 @@ handshake is done, frames are capped at ``HANDSHAKE_MAX_FRAME_BYTES`` and
 reads go through a small buffer, so a stranger costs the runner little;
 after it, a large body is read straight into its final buffer.
 
+A client may speak RLlink over WebSocket on the same port (PROTOCOL.md
+13): the first bytes tell (:class:`~..protocol.websocket.FirstBytes`), and
+an upgrade's bytes go through a :class:`~.websocket.ServerWebSocket`, which
+feeds the Connection whole frames and turns what it queues into binary
+messages; the deadlines, limits and the Connection's rules are the same.
+
 The session sees the server only through :class:`SessionHost`; the server
 asks the session to send weights (:meth:`Session.send_weights`), actions
 (:meth:`Session.send_actions`) and confirmations (:meth:`Session.send_ack`)
@@ -55,11 +61,14 @@ from ..protocol.connection import (
 )
 from ..protocol.errors import ErrorCode, ProtocolError
 from ..protocol.extensions import Extension
+from ..protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
+from ..protocol.websocket import FirstBytes
 from .._version import SERVER_AGENT
 from .deadlines import DeadlineQueue
 from .errors import IngestError
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
+from .websocket import ServerWebSocket
 from .writer import SharedWriter
 
 __all__ = ["Session", "SessionHost"]
@@ -166,6 +175,10 @@ class Session(asyncio.BufferedProtocol):
         self._frames_in = self._frames_out = 0
         #: The transport is closed (or closing) and the host was told: nothing more happens here.
         self._closed = False
+        #: Until the first bytes tell RLlink from a WebSocket upgrade (PROTOCOL.md 13); then ``None``.
+        self._first: Optional[FirstBytes] = FirstBytes()
+        #: The WebSocket this client's RLlink travels in, if it upgraded.
+        self._ws: Optional[ServerWebSocket] = None
 
     # -- what the server may ask ------------------------------------------
 
@@ -224,6 +237,8 @@ class Session(asyncio.BufferedProtocol):
             self.host.stats.count_error(code)
             self._log_close(f"ERROR {code}: {reason}", level=logging.WARNING)
         self.conn.send_error(code, reason)
+        if self._ws is not None:
+            self._ws.close(code, reason)
         self._flush(check_limit=False)
         self._close()
 
@@ -254,10 +269,10 @@ class Session(asyncio.BufferedProtocol):
             self.fail(ErrorCode.LIMIT_EXCEEDED,
                       f"handshake not done within {settings.handshake_timeout_s:g} s of connecting")
         elif self.frame_started_at is not None and now - self.frame_started_at > settings.frame_timeout_s:
+            buffered = conn.buffered_bytes if self._ws is None else self._ws.buffered_bytes
             self.fail(
                 ErrorCode.LIMIT_EXCEEDED,
-                f"a frame took longer than {settings.frame_timeout_s:g} s to arrive "
-                f"({conn.buffered_bytes:,} bytes so far)",
+                f"a frame took longer than {settings.frame_timeout_s:g} s to arrive ({buffered:,} bytes so far)",
             )
         elif conn.state is State.READY and now - self.last_activity > settings.idle_timeout_s:
             self.fail(ErrorCode.LIMIT_EXCEEDED, f"idle for more than {settings.idle_timeout_s:g} s")
@@ -325,10 +340,39 @@ class Session(asyncio.BufferedProtocol):
                 # More of a large body: nothing to act on until it is all here.
                 self._frame_going(now)
                 return
+        elif self._first is not None or self._ws is not None:
+            self._websocket_or_first_bytes(self._chunk[:nbytes], now)
+            return
         else:
             # The decoder copies what it keeps: the shared buffer is free again on return.
             conn.receive_data(self._chunk[:nbytes])
         if conn.in_frame:
+            self._frame_going(now)
+        else:
+            self.frame_started_at = None
+        self._handle_events()
+
+    def _websocket_or_first_bytes(self, data: memoryview, now: float) -> None:
+        """The stream's first bytes (RLlink or a WebSocket upgrade?), or bytes of a WebSocket."""
+        if self._first is not None:
+            start = self._first.feed(data)
+            if start is None:
+                return  # a prefix of "GET ": too soon to tell (the handshake deadline runs)
+            websocket, self._first = self._first.websocket, None
+            if not websocket:
+                self.conn.receive_data(start)
+                if self.conn.in_frame:
+                    self._frame_going(now)
+                self._handle_events()
+                return
+            settings = self.host.settings
+            self._ws = ServerWebSocket(
+                self.conn, allowed_origins=settings.ws_allowed_origins, max_message_bytes=settings.max_frame_bytes,
+                handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, settings.max_frame_bytes))
+            data = memoryview(start)
+        ws = self._ws
+        ws.receive_data(data)
+        if ws.in_message:
             self._frame_going(now)
         else:
             self.frame_started_at = None
@@ -340,7 +384,10 @@ class Session(asyncio.BufferedProtocol):
             self._watch()  # the frame deadline may come before the one filed
 
     def eof_received(self) -> bool:
-        self.conn.receive_eof()
+        if self._ws is not None:
+            self._ws.receive_eof()
+        else:
+            self.conn.receive_eof()
         self._handle_events(eof=True)
         return False  # let asyncio close the transport
 
@@ -359,6 +406,8 @@ class Session(asyncio.BufferedProtocol):
             while not self._closed:
                 event = conn.next_event()
                 if event is None:
+                    if self._ws is not None and self._ws.error is not None:
+                        raise self._ws.error  # the WebSocket layer's refusal, after the messages before it
                     break
                 kind = type(event)
                 if kind is EpisodesReceived:
@@ -390,6 +439,19 @@ class Session(asyncio.BufferedProtocol):
         stats.frames_in += frames - self._frames_in
         self._frames_in = frames
         self._flush()
+        if self._ws is not None and self._ws.finished and not self._closed:
+            self._websocket_ended()
+
+    def _websocket_ended(self) -> None:
+        """The WebSocket layer is done (an upgrade refused, a close frame answered): close the socket."""
+        ws = self._ws
+        assert ws is not None
+        if ws.refusal is not None:
+            self.host.stats.count_error(ws.refusal_code)
+            self._log_close(f"WebSocket upgrade refused: {ws.refusal}", level=logging.WARNING)
+        else:
+            self._log_close(f"client closed the WebSocket ({ws.close_text or 'no close frame'})")
+        self._close()
 
     def _handshake_done(self, event: HandshakeDone) -> None:
         if event.client_id is not None:
@@ -397,8 +459,10 @@ class Session(asyncio.BufferedProtocol):
         self._chunk = self.host.read_buffer
         self.host.session_ready(self)
         self._watch()  # READY: the idle deadline runs
+        ws = self._ws
         logger.info(
-            "client %s connected from %s (%s; extensions: %s)", self.client_id, self.peer,
+            "client %s connected from %s%s (%s; extensions: %s)", self.client_id, self.peer,
+            "" if ws is None else " over WebSocket" + (f", a page of {ws.origin}" if ws.origin else ""),
             event.peer_agent or "plain RLlink", ", ".join(sorted(event.extensions)) or "none",
         )
 
@@ -406,7 +470,7 @@ class Session(asyncio.BufferedProtocol):
 
     def _flush(self, *, check_limit: bool = True) -> None:
         """Write what the Connection queued; shared buffers (weights) are not copied."""
-        parts: list[Buffer] = self.conn.data_to_send()
+        parts: list[Buffer] = self.conn.data_to_send() if self._ws is None else self._ws.data_to_send()
         if not parts:
             return
         transport, writer = self._transport, self._writer

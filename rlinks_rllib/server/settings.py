@@ -108,6 +108,11 @@ class RLinkSettings:
             in numpy (an observation that is not a vector, an LSTM, a custom
             module), and an export that fails is logged, not fatal; ``on``:
             always, and a failed export stops the runner; ``off``: never.
+        ws_allowed_origins: the origins (``"https://game.example"``) whose pages
+            may connect over WebSocket (PROTOCOL.md 13); an upgrade whose
+            ``Origin`` header names another is refused with HTTP 403. One
+            without ``Origin`` (Node, Python, any program that is not a page)
+            is let in. ``"*"``: pages from any origin.
     """
 
     host: str = LOOPBACK
@@ -137,11 +142,12 @@ class RLinkSettings:
     served_report_timeout_s: float = 60.0
     served_max_envs: int = 4096
     policy_graph: str = "auto"
+    ws_allowed_origins: tuple = ()
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"str": str, "int": int, "float": (int, float), "bool": bool}[f.type]
+            expected = {"str": str, "int": int, "float": (int, float), "bool": bool, "tuple": (list, tuple)}[f.type]
             if type(value) is bool and f.type != "bool" or not isinstance(value, expected):
                 raise ValueError(f"rlinks setting {f.name!r} must be {f.type}, got {value!r}")
         if not 0 <= self.port <= 65535:
@@ -163,6 +169,10 @@ class RLinkSettings:
         for name in ("auth", "policy_graph"):
             if getattr(self, name) not in SWITCH_MODES:
                 raise ValueError(f"rlinks setting {name!r} must be one of {SWITCH_MODES}, got {getattr(self, name)!r}")
+        if not all(isinstance(origin, str) and origin for origin in self.ws_allowed_origins):
+            raise ValueError(f"rlinks setting 'ws_allowed_origins' must be a list of origins, got "
+                             f"{self.ws_allowed_origins!r}")
+        object.__setattr__(self, "ws_allowed_origins", tuple(self.ws_allowed_origins))  # YAML gives a list
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
             raise ValueError("rlinks settings 'tls_key_file' and 'tls_client_ca_file' need 'tls_cert_file'")
 

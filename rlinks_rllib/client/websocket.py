@@ -1,0 +1,132 @@
+"""The client's side of RLlink over WebSocket (``ws://``, ``wss://``; PROTOCOL.md 13).
+
+A :class:`ClientWebSocket` is what a :class:`~.transport.Transport` puts
+between its socket and the Connection when its address is a ``ws://`` or
+``wss://`` one: the upgrade request and its answer, then each RLlink frame
+the Connection queues as one binary message, and each message that arrives
+as a frame for the Connection (through
+:class:`~rlinks_rllib.protocol.websocket.MessageChannel`). RFC 6455 itself is
+``websockets``' :class:`~websockets.client.ClientProtocol`; the socket,
+TLS and every deadline stay the Transport's.
+
+A refused upgrade (HTTP 403 for a page origin the runner does not allow,
+400 for a request it can't read) is :class:`~.errors.ConnectFailed`, not
+retried: the next attempt would be refused the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidStatus
+from websockets.http11 import Response
+from websockets.uri import parse_uri
+
+from ..protocol.codec import Buffer
+from ..protocol.connection import Connection
+from ..protocol.limits import MAX_BODY_BYTES
+from ..protocol.websocket import MessageChannel, split_frames
+from .address import Address
+from .errors import ConnectFailed, ProtocolViolation
+
+__all__ = ["ClientWebSocket"]
+
+#: Bytes of a refusal's body quoted in the error.
+_QUOTED_BODY_CHARS = 300
+
+
+class ClientWebSocket:
+    """One client connection's WebSocket layer: the upgrade, then messages (see the module docstring).
+
+    Args:
+        address: a ``ws://`` or ``wss://`` address (the ``Host`` header and request path ``/``).
+        origin: the ``Origin`` header to send; ``None`` (a program, not a page): none.
+    """
+
+    def __init__(self, address: Address, *, origin: Optional[str] = None) -> None:
+        host = f"[{address.host}]" if ":" in address.host else address.host
+        self.address = address
+        # The WebSocket layer takes any message RLlink's header could describe; the Connection applies
+        # its own max_frame_bytes to the frame the message becomes.
+        self.ws = ClientProtocol(parse_uri(f"{address.scheme}://{host}:{address.port}/"), origin=origin,
+                                 max_size=MAX_BODY_BYTES)
+        self.ws.send_request(self.ws.connect())
+        self._response: Optional[Response] = None
+        self._channel: Optional[MessageChannel] = None
+
+    # -- the upgrade ----------------------------------------------------------------
+
+    def upgrade_request(self) -> list[bytes]:
+        """The HTTP request to write first."""
+        return self.ws.data_to_send()
+
+    @property
+    def open(self) -> bool:
+        """The server answered the upgrade with 101: messages may flow."""
+        return self._response is not None
+
+    def receive_upgrade(self, data: bytes) -> None:
+        """Take bytes of the server's answer to the upgrade (``b""``: the server closed).
+
+        Raises:
+            ConnectFailed: the server refused the upgrade, or did not answer with HTTP.
+            ProtocolViolation: the server sent a message before we spoke.
+        """
+        ws = self.ws
+        if data:
+            ws.receive_data(data)
+        else:
+            ws.receive_eof()
+        for event in ws.events_received():
+            if isinstance(event, Response):
+                self._response = event
+            else:
+                raise ProtocolViolation(f"{self.address} sent a WebSocket message before the client spoke")
+        exc = ws.handshake_exc
+        if exc is not None:
+            if isinstance(exc, InvalidStatus):
+                response = exc.response
+                body = response.body.decode(errors="replace").strip()[:_QUOTED_BODY_CHARS]
+                raise ConnectFailed(f"{self.address} refused the WebSocket upgrade: HTTP {response.status_code} "
+                                    f"{response.reason_phrase}{': ' + body if body else ''}")
+            raise ConnectFailed(f"{self.address} did not accept a WebSocket upgrade ({exc}); is it an rlinks "
+                                "runner or directory? (RLlib's own server speaks plain TCP only: tcp://)")
+        if not data and self._response is None:
+            raise ConnectFailed(f"{self.address} closed the connection before answering the WebSocket upgrade")
+
+    # -- messages ---------------------------------------------------------------------
+
+    def frames(self, parts: Iterable[Buffer]) -> list[bytes]:
+        """The bytes to write for the RLlink frames in ``parts``: one binary message each."""
+        ws = self.ws
+        for body in split_frames(parts):
+            ws.send_binary(body)
+        return ws.data_to_send()
+
+    def receive(self, conn: Connection, data: bytes) -> list[bytes]:
+        """Feed ``data`` to ``conn`` as whole frames; return what the WebSocket layer answers (pongs, a close).
+
+        Raises:
+            ProtocolViolation: the server broke RFC 6455 or sent a text message.
+        """
+        channel = self._channel_for(conn)
+        channel.receive_data(data)
+        if channel.error is not None:
+            raise ProtocolViolation(f"{self.address} sent invalid WebSocket data: {channel.error}",
+                                    code=channel.error.code)
+        return [chunk for chunk in self.ws.data_to_send() if chunk]
+
+    def receive_eof(self, conn: Connection) -> None:
+        """The server closed the socket."""
+        self._channel_for(conn).receive_eof()
+
+    @property
+    def close_text(self) -> str:
+        """The server's close code and reason, if it sent a close frame ('' otherwise)."""
+        return self._channel.close_text if self._channel is not None else ""
+
+    def _channel_for(self, conn: Connection) -> MessageChannel:
+        if self._channel is None or self._channel.conn is not conn:
+            self._channel = MessageChannel(self.ws, conn, max_message_bytes=MAX_BODY_BYTES)
+        return self._channel

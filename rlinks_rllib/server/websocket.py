@@ -1,0 +1,120 @@
+"""The server's side of RLlink over WebSocket: the HTTP upgrade, the origin check, then messages.
+
+A runner's session (``session.py``) and the directory (``directory.py``)
+hand a connection whose first bytes are ``GET `` (see
+:class:`~rlinks_rllib.protocol.websocket.FirstBytes`) to a
+:class:`ServerWebSocket`, and from then on feed it what they read and write
+what it returns; the RLlink conversation stays their Connection's.
+
+The upgrade is ``websockets``' :class:`~websockets.server.ServerProtocol`
+(RFC 6455's checks: method, version, ``Upgrade``, ``Sec-WebSocket-Key``),
+with our limits around it: the request may take at most
+:data:`MAX_UPGRADE_BYTES` (431 past that), an ``Origin`` header must name an
+origin of the ``ws_allowed_origins`` setting (403 otherwise; a request
+without one, from Node or Python rather than a page, is let in), and what
+is not an HTTP request at all gets a 400. Each refusal is an HTTP answer the
+peer can read and a reason the driver logs (:attr:`ServerWebSocket.refusal`).
+The handshake deadline of the connection runs from its first byte, so it
+covers the upgrade too.
+"""
+
+from __future__ import annotations
+
+import http
+import logging
+from typing import Iterable, Optional, Union
+
+from websockets.http11 import Request
+from websockets.server import ServerProtocol
+
+from ..protocol.connection import Connection
+from ..protocol.errors import ErrorCode
+from ..protocol.websocket import MessageChannel
+
+__all__ = ["ServerWebSocket", "MAX_UPGRADE_BYTES", "ANY_ORIGIN"]
+
+#: Bytes the upgrade request may take (request line and headers); browsers send 0.5-2 KB.
+MAX_UPGRADE_BYTES = 32 * 1024
+#: The ``ws_allowed_origins`` entry that lets a page from any origin in.
+ANY_ORIGIN = "*"
+#: Where ``websockets`` logs each connection (open, closed, rejected): below our own line for each.
+_LIBRARY_LOG = logging.getLogger("rlinks_rllib.server.websockets")
+_LIBRARY_LOG.setLevel(logging.WARNING)
+#: The HTTP answer to a connection ended before its upgrade was done (the handshake deadline, a stop).
+_UPGRADE_STATUS = {
+    ErrorCode.LIMIT_EXCEEDED.value: http.HTTPStatus.REQUEST_TIMEOUT,
+    ErrorCode.SHUTTING_DOWN.value: http.HTTPStatus.SERVICE_UNAVAILABLE,
+    ErrorCode.SERVER_ERROR.value: http.HTTPStatus.INTERNAL_SERVER_ERROR,
+}
+
+
+class ServerWebSocket(MessageChannel):
+    """One connection that asked to upgrade to WebSocket: the upgrade, then :class:`MessageChannel`.
+
+    Args:
+        conn: the connection's RLlink Connection (server or directory role).
+        allowed_origins: the ``Origin`` values a page may connect from
+            (:data:`ANY_ORIGIN`: any); a request without ``Origin`` is always let in.
+        max_message_bytes: the largest message once the RLlink handshake is done.
+        handshake_max_bytes: the largest message before it.
+    """
+
+    def __init__(self, conn: Connection, *, allowed_origins: Iterable[str], max_message_bytes: int,
+                 handshake_max_bytes: int) -> None:
+        allowed = tuple(allowed_origins)
+        origins = None if ANY_ORIGIN in allowed else [None, *allowed]
+        super().__init__(ServerProtocol(origins=origins, max_size=handshake_max_bytes, logger=_LIBRARY_LOG), conn,
+                         max_message_bytes=max_message_bytes, handshake_max_bytes=handshake_max_bytes)
+        #: Why the upgrade was refused, for the log (``None``: not refused).
+        self.refusal: Optional[str] = None
+        #: The error code the refusal is counted under.
+        self.refusal_code = ErrorCode.BAD_FRAME
+        #: The page's origin, when the upgrade came from one.
+        self.origin: Optional[str] = None
+        self._upgrade_bytes = 0
+
+    def receive_data(self, data) -> None:
+        ws = self.ws
+        if not self.opened and not ws.eof_sent:
+            self._upgrade_bytes += len(data)
+            if self._upgrade_bytes > MAX_UPGRADE_BYTES:
+                self._refuse(http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                             f"the upgrade request is longer than {MAX_UPGRADE_BYTES:,} bytes")
+                return
+        super().receive_data(data)
+        if not self.opened and ws.handshake_exc is not None and self.refusal is None:
+            # Not an HTTP request at all: websockets just closes; say why first.
+            cause = ws.handshake_exc.__cause__
+            reason = f"not a valid HTTP upgrade request ({cause or ws.handshake_exc})"
+            self.refusal = reason
+            self._out.append(ws.reject(http.HTTPStatus.BAD_REQUEST, f"rlinks: {reason}\n").serialize())
+
+    def _handshake_event(self, event: object) -> None:
+        if not isinstance(event, Request):
+            super()._handshake_event(event)
+            return
+        ws = self.ws
+        self.origin = event.headers.get("Origin")
+        response = ws.accept(event)
+        if response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS:
+            ws.send_response(response)
+            self.opened = True
+            return
+        if response.status_code == http.HTTPStatus.FORBIDDEN:
+            self.refusal_code = ErrorCode.AUTH_FAILED
+            self._refuse(http.HTTPStatus.FORBIDDEN,
+                         f"origin {self.origin!r} is not in the runner's ws_allowed_origins setting")
+            return
+        self.refusal = f"HTTP {response.status_code}: {response.body.decode(errors='replace').strip()}"
+        ws.send_response(response)
+
+    def close(self, code: Union[ErrorCode, str], reason: str) -> None:
+        """Close after the Connection's ``ERROR``; before the upgrade is done, an HTTP answer says why instead."""
+        if not self.opened and not self.ws.eof_sent:
+            status = _UPGRADE_STATUS.get(str(code), http.HTTPStatus.BAD_REQUEST)
+            self.ws.send_response(self.ws.reject(status, f"rlinks: {reason}\n"))
+        super().close(code, reason)
+
+    def _refuse(self, status: http.HTTPStatus, reason: str) -> None:
+        self.refusal = f"HTTP {status.value}: {reason}"
+        self.ws.send_response(self.ws.reject(status, f"rlinks: {reason}\n"))
