@@ -197,6 +197,7 @@ class MessageChannel:
         """Take bytes from the socket; whole binary messages go to the Connection."""
         if self.ws.eof_sent or self.ws.reader.eof:
             return  # the WebSocket layer is done: nothing more is read
+        self._set_cap()  # the Connection may have finished its handshake since the last bytes
         self.ws.receive_data(data if isinstance(data, (bytes, bytearray)) else bytes(data))
         self._take_events()
 
