@@ -16,7 +16,7 @@
 
 import { parseArgs } from "node:util";
 
-import { ClientClosed, EnvClient, RLinksError, ServerError } from "rlinks-client";
+import { ClientClosed, EnvClient, ProtocolError, RLinksError, ServerError } from "rlinks-client";
 import { CartPole } from "./cartpole_env.js";
 
 const USAGE = `usage: node cartpole.mjs [options]
@@ -99,8 +99,8 @@ try {
       for (let i = 0; i < numEnvs; i++) {
         const action = await client.act(obs[i], i);
         const step = envs[i].step(action);
-        await client.report(step.reward, step.obs, step.terminated, step.truncated, i);
         summary.steps++;
+        await client.report(step.reward, step.obs, step.terminated, step.truncated, i);
         returns[i] += step.reward;
         obs[i] = step.obs;
         if (step.terminated || step.truncated) {
@@ -119,6 +119,7 @@ try {
   printSummary(client.stats);
 } catch (error) {
   if (error instanceof ServerError) console.error(`cartpole: the learner refused us: ${error.code}: ${error.text}`);
+  else if (error instanceof ProtocolError) console.error(`cartpole: protocol error (${error.code}): ${error.message}`);
   else if (error instanceof ClientClosed) console.error("cartpole: stopped");
   else if (error instanceof RLinksError) console.error(`cartpole: ${error.name}: ${error.message}`);
   else throw error;

@@ -1,0 +1,287 @@
+"""The JavaScript client in ``clients/js`` (``rlinks-client``): a third implementation of ``docs/PROTOCOL.md``.
+
+Its own tests run under Node (``node --test``): every vector in
+``tests/vectors/`` and ``tests/vectors/policy/``. Here it is held to the
+Python package's lists of error codes, message types and extensions, then
+run (``examples/cartpole.mjs``) against rlinks' own runner server without
+Ray, against scripted peers that drop connections, and finally trained to
+a mean return of 450 by a real ``rlinks learner``.
+
+Skips, saying why, where ``node`` (20 or later) or ``npm`` is missing. The
+npm dependencies are installed with ``npm ci`` the first time (registry
+access needed once); ``clients/js/node_modules`` is kept between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from peers import CLOSE, HANDLED
+from rlinks_rllib.protocol.errors import ErrorCode
+from rlinks_rllib.protocol.extensions import Extension
+from rlinks_rllib.protocol.messages import MessageType
+from test_cpp_client import SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, directory_of, summary_of
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "clients" / "js"
+EXAMPLE = PACKAGE / "examples" / "cartpole.mjs"
+NODE_MAJOR = 20
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """``node``, with ``clients/js``'s dependencies installed (``npm ci`` when they are not)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the JavaScript client can't run")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:
+        pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
+    if not (PACKAGE / "node_modules" / "@msgpack" / "msgpack" / "package.json").exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed: the JavaScript client's dependencies can't be installed")
+        installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, capture_output=True,
+                                   text=True, timeout=300)
+        assert installed.returncode == 0, f"npm ci failed in clients/js:\n{installed.stdout}\n{installed.stderr}"
+    return node
+
+
+def cartpole(node: str, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``examples/cartpole.mjs ARGS`` (bounded waits inside, and this timeout outside)."""
+    return subprocess.run([node, str(EXAMPLE), "--timeout", "10", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def node_eval(node: str, source: str) -> str:
+    done = subprocess.run([node, "--input-type=module", "-e", source], cwd=PACKAGE, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# ----------------------------------------------------------------------
+# Without a server
+
+
+def test_node_tests_replay_every_vector(node):
+    """``node --test``: every vector of tests/vectors and tests/vectors/policy, and the unit tests."""
+    done = subprocess.run([node, "--test", "test/"], cwd=PACKAGE, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    passed = int(re.search(r"^# pass (\d+)", done.stdout, re.M).group(1))
+    vectors = len(list((ROOT / "tests" / "vectors").glob("*.bin")))
+    assert passed > vectors and re.search(r"^# fail 0$", done.stdout, re.M)
+
+
+def test_error_codes_message_types_and_extensions_are_pythons(node):
+    """Nothing spelled by hand in JavaScript drifts from the Python package's lists."""
+    lists = json.loads(node_eval(node, """
+        import { ErrorCode, ERROR_CODES, MessageType, Extension } from "rlinks-client";
+        console.log(JSON.stringify({codes: ErrorCode, sent: [...ERROR_CODES], types: MessageType, extensions: Extension}));
+    """))
+    assert lists["codes"] == {code.name: code.value for code in ErrorCode}
+    from rlinks_rllib.protocol.errors import ERROR_CODES
+    assert set(lists["sent"]) == ERROR_CODES
+    assert lists["types"] == {kind.name: kind.value for kind in MessageType}
+    assert lists["extensions"] == {extension.name: extension.value for extension in Extension}
+
+
+# ----------------------------------------------------------------------
+# Against rlinks' runner server (no Ray)
+
+
+def test_trains_on_policy_with_want_steps_and_acks(node):
+    with FakeLearner() as learner:
+        result = cartpole(node, "--address", f"127.0.0.1:{learner.port}", "--max-steps", "1000", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(result.stdout)
+    # Every batch is one runner share (want_steps), trained on once, with the weights of the update before.
+    assert summary["weights_seq_no"] == learner.updates == 1 + 1000 // UPDATE_STEPS
+    assert sum(c["t"] - c["t_started"] for c in learner.chunks) == UPDATE_STEPS * (1000 // UPDATE_STEPS)
+    stats = learner.server.stats
+    assert stats.batches_in == stats.batches_acked == 1000 // UPDATE_STEPS and stats.duplicates == 0
+    assert summary["steps_acked"] == summary["steps_sent"] == stats.steps_in
+    # The chunks passed the runner's checks (check_episode_state) and carry what PPO needs.
+    chunk = learner.chunks[0]
+    assert chunk["observations"]["data"].shape == (chunk["t"] - chunk["t_started"] + 1, 4)
+    assert {"action_logp", "action_dist_inputs"} <= set(chunk["extra_model_outputs"])
+    # Episodes cut at a batch boundary continue with the same id.
+    ids = [c["id_"] for c in learner.chunks]
+    assert any(c["t_started"] > 0 and c["id_"] in ids[:i] for i, c in enumerate(learner.chunks))
+
+
+def test_several_envs_in_one_client(node):
+    with FakeLearner() as learner:
+        result = cartpole(node, "--address", f"127.0.0.1:{learner.port}", "--envs", "4", "--max-steps", "800",
+                          "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert summary_of(result.stdout)["weights_seq_no"] == learner.updates > 10
+    assert len({chunk["id_"] for chunk in learner.chunks}) > 4 * 2  # each env's own episodes
+
+
+def test_follows_the_directory_to_a_runner(node):
+    with FakeLearner() as learner, directory_of(learner) as directory:
+        result = cartpole(node, "--address", f"{directory.address[0]}:{directory.address[1]}", "--max-steps", "200")
+    assert result.returncode == 0, result.stderr
+    assert f"connected to 127.0.0.1:{learner.port}" in result.stderr
+    assert summary_of(result.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
+
+
+@pytest.fixture
+def secret_file(tmp_path) -> str:
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_shared_secret(node, secret_file):
+    """auth (PROTOCOL.md 10.3): the right secret trains; another one, or none, is refused."""
+    with FakeLearner(auth="on", auth_secret_file=secret_file) as learner:
+        address = f"127.0.0.1:{learner.port}"
+        right = cartpole(node, "--address", address, "--max-steps", "100", "--secret-file", secret_file)
+        wrong = cartpole(node, "--address", address, "--max-steps", "100", "--unreliable",
+                         env={"RLINKS_SECRET": "another secret of enough length"})
+        none = cartpole(node, "--address", address, "--max-steps", "100", "--unreliable", env={"RLINKS_SECRET": ""})
+    assert right.returncode == 0, right.stderr
+    assert summary_of(right.stdout)["steps_acked"] == UPDATE_STEPS
+    assert wrong.returncode == 1 and "auth_failed" in wrong.stderr, wrong.stderr
+    assert none.returncode == 1 and "auth_failed" in none.stderr, none.stderr
+
+
+# ----------------------------------------------------------------------
+# Against scripted peers: drops, resends, errors
+
+
+def test_a_dropped_connection_resends_the_unacknowledged_batch(node):
+    def drop_before_acking_seq_2(server, conn, message):
+        if message.get("seq") == 2 and conn.index == 0:
+            return CLOSE  # no ACK: the client must send seq 2 again
+        return None
+
+    with ScriptedRunner(on_message=drop_before_acking_seq_2) as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", str(4 * UPDATE_STEPS))
+    assert result.returncode == 0, result.stderr
+    assert server.errors == []
+    assert [(b.conn, b.seq, b.duplicate) for b in server.batches][:3] == [(0, 1, False), (0, 2, False), (1, 2, True)]
+    assert len(set(server.client_ids)) == 1 and len(server.client_ids[0]) == 32
+    summary = summary_of(result.stdout)
+    assert summary["reconnects"] == 1 and summary["batches_resent"] == 1
+    assert "reconnecting" in result.stderr
+
+
+def test_an_acknowledged_on_policy_batch_is_never_sent_again(node):
+    def ack_seq_2_then_drop(server, conn, message):
+        if message.get("seq") == 2 and conn.index == 0:
+            conn.send({"type": "ACK", "seq": 2})
+            return CLOSE  # RLlib has the batch, but the weights never came
+        return None
+
+    with ScriptedRunner(on_message=ack_seq_2_then_drop) as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", str(3 * UPDATE_STEPS))
+    assert result.returncode == 0, result.stderr
+    batches = server.batch_messages()
+    assert [(conn, m.get("seq")) for conn, m in batches][:3] == [(0, 1), (0, 2), (1, None)]
+    # PROTOCOL.md 10.2: after the reconnect, an empty batch without seq asks for the weights it is owed.
+    assert batches[2][1]["episodes"] == [] and batches[2][1]["type"] == "EPISODES_AND_GET_STATE"
+
+
+def test_a_server_error_is_reported_with_its_code(node):
+    def refuse_the_batch(server, conn, message):
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            conn.send({"type": "ERROR", "code": "bad_episode", "message": "rewards: NaN"})
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=refuse_the_batch) as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 1
+    assert "bad_episode: rewards: NaN" in result.stderr
+
+
+def test_the_learner_shutting_down_ends_the_run(node):
+    def stopped_for_good(server, conn, message):
+        if conn.index > 0 or message.get("seq") == 2:
+            conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is stopping"})
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=stopped_for_good) as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", "1000", "--retry-attempts", "2")
+    assert result.returncode == 0, result.stderr
+    assert "the learner stopped" in result.stderr and server.connections == 3  # the first, then 2 attempts
+    assert summary_of(result.stdout)["steps"] == 2 * UPDATE_STEPS
+
+
+def test_a_reply_out_of_turn_is_unexpected_message(node):
+    def pong_instead_of_weights(server, conn, message):
+        if message["type"] == "GET_STATE":
+            conn.send({"type": "PONG"})
+            return HANDLED
+        return None
+
+    with ScriptedRunner(on_message=pong_instead_of_weights) as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
+
+
+# ----------------------------------------------------------------------
+# Training with a real learner
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
+    """`rlinks learner --config ppo_cartpole` (2 runners) to 450; 4 Node clients given the directory's one address."""
+    output = tmp_path / "run"
+    started = time.monotonic()
+    learner = subprocess.Popen(
+        [sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0",
+         "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    clients: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (output / "directory.json").exists():
+            assert learner.poll() is None, learner.stdout.read()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        directory = json.loads((output / "directory.json").read_text())
+        address = f"{directory['host']}:{directory['port']}"
+        clients = [subprocess.Popen([node, str(EXAMPLE), "--address", address, "--max-steps", "10000000",
+                                     "--seed", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                   for i in range(4)]
+        out, _ = learner.communicate(timeout=780)
+        outputs = [client.communicate(timeout=60)[0] for client in clients]
+    finally:
+        for proc in clients:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        if learner.poll() is None:
+            # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
+            learner.send_signal(signal.SIGINT)
+            try:
+                out, _ = learner.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+                out, _ = learner.communicate(timeout=10)
+    assert learner.returncode == 0, out
+    reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
+    assert reached >= 450, out
+    for text in outputs:
+        assert "the learner stopped" in text, text
+        assert summary_of(text)["steps"] > 0
+    print(f"Node clients trained PPO CartPole to {reached:.1f} in {time.monotonic() - started:.0f} s "
+          f"({sum(summary_of(t)['steps'] for t in outputs):.0f} env steps)")
