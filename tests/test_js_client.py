@@ -47,13 +47,14 @@ def node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:
         pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
-    if not (PACKAGE / "node_modules" / "@msgpack" / "msgpack" / "package.json").exists():
+    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript")]
+    if not all(path.exists() for path in installed):
         npm = shutil.which("npm")
         if npm is None:
             pytest.skip("npm is not installed: the JavaScript client's dependencies can't be installed")
-        installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, capture_output=True,
-                                   text=True, timeout=300)
-        assert installed.returncode == 0, f"npm ci failed in clients/js:\n{installed.stdout}\n{installed.stderr}"
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"npm ci failed in clients/js:\n{done.stdout}\n{done.stderr}"
     return node
 
 
@@ -76,11 +77,20 @@ def node_eval(node: str, source: str) -> str:
 
 def test_node_tests_replay_every_vector(node):
     """``node --test``: every vector of tests/vectors and tests/vectors/policy, and the unit tests."""
-    done = subprocess.run([node, "--test", "test/"], cwd=PACKAGE, capture_output=True, text=True, timeout=300)
+    tests = sorted(str(path.relative_to(PACKAGE)) for path in (PACKAGE / "test").glob("*.test.js"))
+    done = subprocess.run([node, "--test", *tests], cwd=PACKAGE, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     passed = int(re.search(r"^# pass (\d+)", done.stdout, re.M).group(1))
     vectors = len(list((ROOT / "tests" / "vectors").glob("*.bin")))
     assert passed > vectors and re.search(r"^# fail 0$", done.stdout, re.M)
+
+
+def test_typescript_types_check(node):
+    """``npm run typecheck``: index.d.ts compiles, with test/types.ts using the calls the README shows."""
+    tsc = PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"
+    done = subprocess.run([node, str(tsc), "-p", "tsconfig.json"], cwd=PACKAGE, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-6000:]
 
 
 def test_error_codes_message_types_and_extensions_are_pythons(node):
@@ -260,8 +270,8 @@ def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
         directory = json.loads((output / "directory.json").read_text())
         address = f"{directory['host']}:{directory['port']}"
         clients = [subprocess.Popen([node, str(EXAMPLE), "--address", address, "--max-steps", "10000000",
-                                     "--seed", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                   for i in range(4)]
+                                     "--seed", str(i), "--shutdown-grace", "5"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
         out, _ = learner.communicate(timeout=780)
         outputs = [client.communicate(timeout=60)[0] for client in clients]
     finally:

@@ -31,6 +31,8 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --timeout SECONDS      longest wait for any one reply (default 120)
   --retry-attempts N     connection attempts before giving up (default 20)
   --unreliable           don't reconnect after a dropped connection
+  --shutdown-grace S     after the learner's shutting_down, how long to try to
+                         reconnect before ending (default 30)
   --off-policy           send batches without waiting for new weights
   --secret-file PATH     shared secret for an authenticating learner (or set RLINKS_SECRET)
 `;
@@ -44,6 +46,7 @@ const { values: args } = parseArgs({
     timeout: { type: "string", default: "120" },
     "retry-attempts": { type: "string", default: "20" },
     unreliable: { type: "boolean", default: false },
+    "shutdown-grace": { type: "string", default: "30" },
     "off-policy": { type: "boolean", default: false },
     "secret-file": { type: "string" },
     help: { type: "boolean", default: false },
@@ -80,6 +83,7 @@ const client = new EnvClient(args.address, {
   timeoutMs: 1000 * Number(args.timeout),
   retryAttempts: Number(args["retry-attempts"]),
   reliable: !args.unreliable,
+  shutdownGraceMs: 1000 * Number(args["shutdown-grace"]),
   onPolicy: args["off-policy"] ? false : null,
   secret: await readSecret(),
   warn: (text) => console.error(`cartpole: WARNING: ${text}`),

@@ -45,6 +45,8 @@ const DEFAULTS = {
   backoffCapMs: 10_000,
   reliable: false,
   maxUnacked: 16,
+  /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends. */
+  shutdownGraceMs: 30_000,
   extensions: DEFAULT_EXTENSIONS,
   maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
   secret: null,
@@ -254,9 +256,10 @@ export class Client {
     if (this._stopped) throw new ClientClosed(`${what}: stopped`);
     let recoveries = 0;
     let shutDown = null;
+    let graceEnds = null; // once the learner said shutting_down: when to stop trying to reconnect
     for (;;) {
       try {
-        if (this._transport === null) await this._connectWithRetries();
+        if (this._transport === null) await this._connectWithRetries(graceEnds);
         return await operation();
       } catch (error) {
         this._discardConnection();
@@ -267,6 +270,7 @@ export class Client {
         } else if (error instanceof ServerError) {
           if (!this.options.reliable || error.code !== ErrorCode.SHUTTING_DOWN || recoveries >= this.options.retryAttempts) throw error;
           shutDown = error;
+          graceEnds ??= Date.now() + this.options.shutdownGraceMs;
         } else if (error instanceof ConnectFailed && shutDown !== null) {
           throw new ServerError(shutDown.code, `${shutDown.text} (and ${this.address} could not be reached again: ${error.message})`);
         } else {
@@ -291,8 +295,9 @@ export class Client {
     await this._sleepBackoff(recoveries);
   }
 
-  async _sleepBackoff(failures) {
-    const ceiling = Math.min(this.options.backoffCapMs, this.options.backoffInitialMs * 2 ** Math.min(failures, 30));
+  async _sleepBackoff(failures, until = null) {
+    let ceiling = Math.min(this.options.backoffCapMs, this.options.backoffInitialMs * 2 ** Math.min(failures, 30));
+    if (until !== null) ceiling = Math.max(0, Math.min(ceiling, until - Date.now()));
     await new Promise((resolve) => {
       const timer = setTimeout(resolve, Math.random() * ceiling);
       this._sleepCancel = () => {
@@ -304,11 +309,17 @@ export class Client {
     if (this._stopped) throw new ClientClosed("stopped");
   }
 
-  async _connectWithRetries() {
+  /** `until`: give up then, however many attempts are left (the learner's shutdown grace). */
+  async _connectWithRetries(until = null) {
     let lastError = "";
     const lost = this._usesDirectory && String(this.address) !== String(this._given) ? this.address : null;
-    for (let attempt = 0; attempt < this.options.retryAttempts; attempt++) {
-      if (attempt > 0) await this._sleepBackoff(attempt - 1);
+    let attempt = 0;
+    for (; attempt < this.options.retryAttempts; attempt++) {
+      if (attempt > 0) await this._sleepBackoff(attempt - 1, until);
+      if (until !== null && attempt > 0 && Date.now() >= until) {
+        lastError = `the learner did not come back within ${this.options.shutdownGraceMs / 1000} s of its shutting_down (${lastError})`;
+        break;
+      }
       if (this._usesDirectory) this.address = this._given;
       try {
         await this._open();
@@ -329,7 +340,7 @@ export class Client {
       this._discardConnection();
     }
     throw new ConnectFailed(
-      `could not connect to ${this.address} after ${this.options.retryAttempts} attempt(s): ${lastError}; is the learner running and is the port right?`,
+      `could not connect to ${this.address} after ${attempt} attempt(s): ${lastError}; is the learner running and is the port right?`,
     );
   }
 
