@@ -1,48 +1,61 @@
-"""Served actions: what a round trip costs, and how many actions/s one runner serves, batched or not.
+"""Served actions: ours against Godot RL Agents' Python server, round trips, and batching.
 
 Competitors, all in the same run:
 
-1. **Latency** (one client, one env): ``RLinkClient.act`` on an in-process
-   ``RLinkEnvRunner`` (PPO, 64x64 tanh MLP, CartPole spaces) against
+1. **Godot RL Agents** (the ``godot-rl`` package, in a venv of its own under
+   ``benchmarks/out/godot-venv``: its pins clash with ours; made on first use)
+   against our runner, driving the same game process
+   (``benchmarks/served_game.py``: N CartPole agents stepped together, one
+   connection, N = 1, 16, 64). Godot RL's side runs as its Stable Baselines
+   3 example does (``benchmarks/godot_server.py``); ours is an
+   ``RLinkEnvRunner`` serving the game's ``EnvClient`` (64x64 tanh MLP both).
+   *Learning paused*: Godot RL's inference loop (``model.predict``), and our
+   runner with a train batch no client fills. *Learning running*
+   (``--learning``): SB3's PPO ``learn`` against our runner under RLlib's PPO,
+   both updating every 1,024 steps (minibatches of 64, 10 epochs), so the
+   game also waits for each side's updates. Actions/s and the game's round
+   trip (observations out, actions in) p50; rounds alternate (ABBA) and the
+   ratio is the median of per-round ratios.
+2. **Latency** (one client, one env): ``RLinkClient.act`` against
    ``NumpyPolicy.compute_action`` on the same weights in the client's own
    process (what a local-inference client pays per action). p50 and p99.
-2. **Throughput**: actions/s served to 1, 16 and 64 clients at once (each
-   one env, one ``ACT`` in flight; threads in a few client processes), by a
-   runner with batching on (the defaults) and one with ``served_batch_size=1``
-   (every ``ACT`` its own forward pass). Rounds alternate between the two
-   (ABBA) and the ratio is the median of per-round ratios.
-3. **Anchor**: RLlib's old-stack ``PolicyServerInput`` served about 2.7k
-   actions/s one at a time and 37.9k at batch 64 for a 64x64 MLP, figures
-   *quoted from RLlib's commit message* (another machine; not measured here).
-   They are printed beside our numbers, with their ratio to our unbatched
-   case measured in this run.
+3. **Batching**: actions/s served to 1, 16 and 64 clients at once (each one
+   env, one ``ACT`` in flight; threads in a few client processes), by a
+   runner with batching on (the defaults) and one with
+   ``served_batch_size=1``.
 
-The runners are on-policy PPO with a train batch no client fills, so no
-``ACT`` is parked for a training step (that would time the learner, not the
-serving). Usage::
+The paused runners are on-policy PPO with a train batch no client fills, so
+no ``ACT`` is parked for a training step (that would time the learner, not the
+serving). With ``--quick`` and no Godot RL venv yet, section 1 says it is
+skipped (making the venv takes minutes). Usage::
 
-    python benchmarks/bench_served.py [--quick] [--rounds N] [--window S]
+    python benchmarks/bench_served.py [--quick] [--rounds N] [--window S] [--learning]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import queue
+import socket
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import median, median_ratio, now, print_table, stop_processes  # noqa: E402
+from _common import REPO, median, median_ratio, now, kill_group, print_table, stop_processes  # noqa: E402
 
-#: Figures quoted from RLlib's commit message for its old-stack policy server (64x64 MLP); not measured here.
-RLLIB_QUOTED_ONE_AT_A_TIME = 2_700.0
-RLLIB_QUOTED_BATCH_64 = 37_900.0
+#: The competitor, pinned; torch comes from our own constraints (the CPU wheel).
+GODOT_RL = "godot-rl==0.8.2"
+GODOT_VENV = REPO / "benchmarks" / "out" / "godot-venv"
+BENCH = REPO / "benchmarks"
 
 #: Every wait on a client process gives up after this long.
 WAIT_S = 120.0
@@ -50,23 +63,28 @@ WAIT_S = 120.0
 THREADS_PER_PROCESS = 16
 #: A client's episode is truncated after this many actions (keeps the runner's episodes short).
 EPISODE_STEPS = 200
+#: Env steps per PPO update when learning runs, both sides.
+LEARNING_BATCH = 1024
 
 
 # --------------------------------------------------------------------------
 # The runner (this process)
 
+import gymnasium as gym  # noqa: E402
+
+CARTPOLE_OBS = gym.make("CartPole-v1").observation_space
+CARTPOLE_ACT = gym.make("CartPole-v1").action_space
+
 
 def make_runner(**settings):
     """An in-process RLinkEnvRunner: PPO, 64x64 tanh MLP, CartPole spaces; ``settings`` go to rlinks."""
-    import gymnasium as gym
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rlinks_rllib import RLinkEnvRunner
 
-    env = gym.make("CartPole-v1")
     config = (
         PPOConfig()
-        .environment(observation_space=env.observation_space, action_space=env.action_space,
+        .environment(observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT,
                      env_config={"port": 0, "served_report_timeout_s": 600.0, **settings})
         .env_runners(num_env_runners=0, sample_timeout_s=4.0)
         # A train batch no client fills: no ACT waits for a training step.
@@ -74,6 +92,127 @@ def make_runner(**settings):
         .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
     )
     return RLinkEnvRunner(config=config, worker_index=0)
+
+
+# --------------------------------------------------------------------------
+# Godot RL Agents against ours, the same game process
+
+
+def godot_python(setup: bool) -> Optional[Path]:
+    """The Python of Godot RL's venv; made (``setup``) if missing, else ``None``.
+
+    Raises:
+        subprocess.CalledProcessError: pip could not install it.
+    """
+    python = GODOT_VENV / "bin" / "python"
+    if python.exists() or not setup:
+        return python if python.exists() else None
+    torch_pin = next(line.strip() for line in (REPO / "constraints.txt").read_text().splitlines()
+                     if line.startswith("torch=="))
+    print(f"making Godot RL's venv ({GODOT_RL}, {torch_pin}) in {GODOT_VENV.relative_to(REPO)}: a few minutes, once",
+          flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(GODOT_VENV)], check=True, timeout=120)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", GODOT_RL, torch_pin], check=True, timeout=1800)
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def play(how: list[str], n: int, warmup: float, window: float) -> dict:
+    """Run the game process with ``how`` (``--godot PORT`` or ``--rlinks ADDRESS``); its result line."""
+    done = subprocess.run([sys.executable, str(BENCH / "served_game.py"), *how, "--agents", str(n),
+                           "--warmup", str(warmup), "--seconds", str(window)],
+                          capture_output=True, text=True, timeout=WAIT_S, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"the game process failed ({' '.join(how)}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def godot_round(python: Path, n: int, mode: str, warmup: float, window: float) -> dict:
+    """One window of the game against Godot RL's server (started for it, ended by its ``close``)."""
+    port = free_port()
+    log = (GODOT_VENV.parent / "godot_server.log").open("w")
+    server = subprocess.Popen([str(python), str(BENCH / "godot_server.py"), "--port", str(port), "--mode", mode,
+                               "--seconds", str(warmup + window + 1.0), "--batch", str(LEARNING_BATCH)],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return play(["--godot", str(port)], n, warmup, window)
+    finally:
+        try:
+            server.wait(timeout=20)  # it ends itself after sending close
+        except subprocess.TimeoutExpired:
+            kill_group(server.pid)
+            server.wait(timeout=20)
+        log.close()
+
+
+class LearningRunner:
+    """RLlib's PPO with an RLinkEnvRunner as its own runner, training in a thread while clients play."""
+
+    def __init__(self) -> None:
+        import ray
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        from rlinks_rllib import RLinkEnvRunner
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        config = (
+            PPOConfig()
+            .environment(observation_space=CARTPOLE_OBS, action_space=CARTPOLE_ACT,
+                         env_config={"port": 0, "served_report_timeout_s": 600.0})
+            .env_runners(env_runner_cls=RLinkEnvRunner, num_env_runners=0, sample_timeout_s=4.0)
+            .training(train_batch_size_per_learner=LEARNING_BATCH, minibatch_size=64, num_epochs=10)
+            .rl_module(model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh"})
+        )
+        self.algo = config.build_algo()
+        host, port = self.algo.env_runner.address
+        self.address = f"{host}:{port}"
+        self.updates = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._train, daemon=True)
+        self._thread.start()
+
+    def _train(self) -> None:
+        while not self._stop.is_set():
+            self.algo.train()
+            self.updates += 1
+
+    def close(self) -> None:
+        import ray
+
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.algo.stop()
+        ray.shutdown()
+
+
+def versus_godot(python: Path, address: str, mode: str, counts: tuple[int, ...], rounds: int, warmup: float,
+                 window: float) -> None:
+    """Print Godot RL's and our actions/s and round trips at each N, and their ratios."""
+    rows = []
+    for n in counts:
+        theirs, ours, their_p50, our_p50 = [], [], [], []
+        for r in range(rounds):
+            for side in (("godot", "ours") if r % 2 == 0 else ("ours", "godot")):
+                if side == "godot":
+                    result = godot_round(python, n, mode, warmup, window)
+                    theirs.append(result["actions"] / result["seconds"])
+                    their_p50.append(result["p50_ms"])
+                else:
+                    result = play(["--rlinks", address], n, warmup, window)
+                    ours.append(result["actions"] / result["seconds"])
+                    our_p50.append(result["p50_ms"])
+        rows.append([n, median(theirs), median(ours), median_ratio(ours, theirs), median(their_p50), median(our_p50)])
+    print_table(["agents per tick", "Godot RL actions/s", "ours actions/s", "ours / Godot RL",
+                 "Godot RL p50 ms", "ours p50 ms"], rows)
+    for n, _, _, ratio, their_p50, our_p50 in rows:
+        print(f"  ratio ours/Godot RL actions/s, learning {mode}, {n} agent(s): {ratio:.2f}x  "
+              f"(round trip p50 {our_p50:.3f} ms vs {their_p50:.3f} ms)")
 
 
 # --------------------------------------------------------------------------
@@ -235,9 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="ABBA rounds per client count (default 2; quick 1)")
     parser.add_argument("--window", type=float, default=None, help="seconds per measured window (default 4; quick 1)")
     parser.add_argument("--acts", type=int, default=None, help="round trips for the latency (default 5000; quick 500)")
+    parser.add_argument("--learning", action="store_true", help="also against Godot RL with learning running")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 2)
     window = args.window or (1.0 if args.quick else 4.0)
+    warmup = 1.0 if args.quick else 2.0
     acts = args.acts or (500 if args.quick else 5000)
     counts = (1, 16, 64)
 
@@ -245,8 +386,17 @@ def main(argv: list[str] | None = None) -> int:
     unbatched = make_runner(served_batch_size=1)
     try:
         addresses = [f"{host}:{port}" for host, port in (batched.address, unbatched.address)]
-        print(f"served actions: PPO 64x64 tanh MLP, CartPole spaces, runners in-process; {rounds} round(s), "
-              f"{window:g} s windows, {acts} round trips")
+        print(f"served actions: PPO 64x64 tanh MLP, CartPole, runners in-process; {rounds} round(s), "
+              f"{window:g} s windows after {warmup:g} s of warm-up, {acts} round trips")
+
+        python = godot_python(setup=not args.quick)
+        if python is None:
+            print(f"\nGodot RL Agents: skipped ({GODOT_VENV.relative_to(REPO)} is not there yet; a run without "
+                  "--quick makes it)")
+        else:
+            print(f"\nGodot RL Agents ({GODOT_RL}, its SB3 example's loop) vs ours, one game process with N CartPole "
+                  "agents, learning paused")
+            versus_godot(python, addresses[0], "paused", counts, rounds, warmup, window)
 
         print("\nround trip of one action, one client (microseconds)")
         lat = latency(addresses[0], acts)
@@ -255,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
               f"p99: {lat['served act()'][1] / lat['local NumpyPolicy'][1]:.1f}x")
 
         print("\nactions/s served (each client: one env, one ACT in flight)")
-        rows, rates = [], {}
+        rows = []
         for n in counts:
             clients = Clients(addresses, n)
             try:
@@ -266,37 +416,27 @@ def main(argv: list[str] | None = None) -> int:
                         (on if which == 0 else off).append(clients.rate(which, window))
             finally:
                 clients.close()
-            rates[n] = (median(on), median(off))
             rows.append([f"{n} client(s)", median(on), median(off), median_ratio(on, off)])
         print_table(["", "batched", "unbatched (served_batch_size=1)", "batched/unbatched"], rows)
         for n, _, _, ratio in rows:
             print(f"  ratio batched/unbatched, {n}: {ratio:.2f}x")
-
         stats = batched.get_transport_stats()
         if stats.get("inference_batches"):
             print(f"  batched runner: {stats['inference_rows'] / stats['inference_batches']:.1f} rows per forward pass "
                   f"on average, {stats['inference_rows'] / max(stats['inference_s'], 1e-9):,.0f} rows/s in the forward pass")
-
-        print("\nanchor: RLlib's old-stack policy server, 64x64 MLP -- figures QUOTED from RLlib's commit message,"
-              " NOT measured here (another machine)")
-        ours_one = rates[1][1]
-        ours_64_off, ours_64_on = rates[64][1], rates[64][0]
-        print_table(["", "actions/s"], [
-            ["RLlib policy server, one at a time (quoted)", RLLIB_QUOTED_ONE_AT_A_TIME],
-            ["RLlib policy server, batch 64 (quoted)", RLLIB_QUOTED_BATCH_64],
-            ["ours, 1 client, unbatched (measured)", ours_one],
-            ["ours, 64 clients, unbatched (measured)", ours_64_off],
-            ["ours, 64 clients, batched (measured)", ours_64_on],
-        ])
-        print(f"  ratio RLlib-quoted batch64/one-at-a-time: {RLLIB_QUOTED_BATCH_64 / RLLIB_QUOTED_ONE_AT_A_TIME:.1f}x; "
-              f"ours measured batched-64/unbatched-64: {ours_64_on / ours_64_off:.1f}x")
-        print(f"  ratio RLlib-quoted one-at-a-time / ours unbatched (1 client): "
-              f"{RLLIB_QUOTED_ONE_AT_A_TIME / ours_one:.2f}x")
-        print(f"  ratio RLlib-quoted batch 64 / ours unbatched (1 client): {RLLIB_QUOTED_BATCH_64 / ours_one:.2f}x")
-        print(f"  ratio ours batched (64 clients) / RLlib-quoted batch 64: {ours_64_on / RLLIB_QUOTED_BATCH_64:.2f}x")
     finally:
         batched.stop()
         unbatched.stop()
+
+    if args.learning and python is not None:
+        learning = LearningRunner()
+        try:
+            print(f"\nGodot RL Agents vs ours, learning running (PPO, an update every {LEARNING_BATCH} steps, "
+                  "minibatches of 64, 10 epochs)")
+            versus_godot(python, learning.address, "learning", counts, rounds, warmup, window)
+            print(f"  ours: {learning.updates} PPO updates during the rounds")
+        finally:
+            learning.close()
     return 0
 
 

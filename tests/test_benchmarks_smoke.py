@@ -70,11 +70,13 @@ def test_bench_demo_quick():
 
 
 def test_bench_served_quick():
-    # Two in-process runners (Ray's RLModule each) and up to 64 client threads: about 60 s on 2 cores.
+    # Two in-process runners (Ray's RLModule each) and up to 64 client threads: about 60 s on 2 cores; with
+    # Godot RL's venv already made (benchmarks/out/godot-venv), its game rounds too: about 30 s more.
     out = run_quick("bench_served.py")
-    for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)", "QUOTED from RLlib",
-                  "ratio RLlib-quoted one-at-a-time / ours unbatched"):
+    for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)"):
         assert ratio in out, out
+    assert ("Godot RL Agents: skipped" in out
+            or "ratio ours/Godot RL actions/s, learning paused, 64 agent(s)" in out), out
 
 
 def test_bench_fleet_quick():

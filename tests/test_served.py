@@ -244,14 +244,14 @@ class FakeForward:
         return InferenceResult(actions, actions, np.zeros(n, np.float32), np.zeros((n, 2), np.float32), self.version)
 
 
-def run_batcher(forward, submissions, *, max_rows=256, max_wait_s=0.005, until=None, after=None):
+def run_batcher(forward, submissions, *, max_rows=256, max_wait_s=0.005, until=None, after=None, inline=False):
     """Submit ``(key, obs, min_seq_no)`` on a fresh loop; return the results and errors by key."""
     loop = asyncio.new_event_loop()
     results: dict = {}
     errors: dict = {}
     batcher = InferenceBatcher(loop, forward, max_rows=max_rows, max_wait_s=max_wait_s,
                                on_result=lambda key, result: results.__setitem__(key, result),
-                               on_error=lambda keys, exc: errors.update({k: exc for k in keys}))
+                               on_error=lambda keys, exc: errors.update({k: exc for k in keys}), inline=inline)
 
     async def main():
         for key, obs, min_seq_no in submissions:
@@ -277,25 +277,34 @@ def obs_rows(first: int, n: int) -> np.ndarray:
     return obs
 
 
-def test_requests_that_arrive_together_share_one_forward_pass_and_are_split_back():
+INLINE = pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+
+
+@INLINE
+def test_requests_that_arrive_together_share_one_forward_pass_and_are_split_back(inline):
     forward = FakeForward()
-    results, errors, batcher = run_batcher(forward, [(k, obs_rows(10 * k, 8), 0) for k in range(4)])
+    results, errors, batcher = run_batcher(forward, [(k, obs_rows(10 * k, 8), 0) for k in range(4)], inline=inline)
     assert not errors and forward.batches == [32]
     for k in range(4):
         np.testing.assert_array_equal(results[k].actions_for_env, np.arange(10 * k, 10 * k + 8))
-    assert forward.threads == {"rlinks-inference_0"} and batcher.rows_waiting == 0
+    # Inline, the forward pass runs on the loop's own thread: no thread to wake and no hop back.
+    assert forward.threads == ({threading.current_thread().name} if inline else {"rlinks-inference_0"})
+    assert batcher.rows_waiting == 0
     assert not any(t.name.startswith("rlinks-inference") for t in threading.enumerate())  # closed: joined
 
 
-def test_a_batch_stops_at_max_rows_and_a_big_request_goes_alone():
+@INLINE
+def test_a_batch_stops_at_max_rows_and_a_big_request_goes_alone(inline):
     forward = FakeForward()
     results, errors, _ = run_batcher(forward, [("a", obs_rows(0, 3), 0), ("b", obs_rows(0, 3), 0),
-                                               ("c", obs_rows(0, 9), 0), ("d", obs_rows(0, 1), 0)], max_rows=6)
+                                               ("c", obs_rows(0, 9), 0), ("d", obs_rows(0, 1), 0)], max_rows=6,
+                                     inline=inline)
     assert not errors and len(results) == 4
     assert forward.batches == [6, 9, 1]
 
 
-def test_a_request_parked_for_new_weights_is_computed_again_if_the_module_is_behind():
+@INLINE
+def test_a_request_parked_for_new_weights_is_computed_again_if_the_module_is_behind(inline):
     class Behind(FakeForward):
         """The first batch still runs on weights 1; the new ones (2) are loaded after it."""
 
@@ -306,14 +315,19 @@ def test_a_request_parked_for_new_weights_is_computed_again_if_the_module_is_beh
 
     forward = Behind()
     forward.version = 1
-    results, errors, batcher = run_batcher(forward, [("a", obs_rows(0, 2), 2)])
+    results, errors, batcher = run_batcher(forward, [("a", obs_rows(0, 2), 2)], inline=inline)
     assert not errors and results["a"].weights_seq_no == 2
     assert forward.batches == [2, 2] and batcher.recomputed == 1
 
 
-def test_a_failed_forward_pass_reports_every_request_of_the_batch_and_a_cancelled_one_is_dropped():
-    results, errors, _ = run_batcher(FakeForward(fail=True), [("a", obs_rows(0, 1), 0), ("b", obs_rows(0, 1), 0)])
+@INLINE
+def test_a_failed_forward_pass_reports_every_request_of_the_batch(inline):
+    results, errors, _ = run_batcher(FakeForward(fail=True), [("a", obs_rows(0, 1), 0), ("b", obs_rows(0, 1), 0)],
+                                     inline=inline)
     assert not results and set(errors) == {"a", "b"} and "exploded" in str(errors["a"])
+
+
+def test_a_request_cancelled_while_its_batch_is_computed_is_dropped():
     forward = FakeForward(delay_s=0.05)
     results, errors, _ = run_batcher(forward, [("a", obs_rows(0, 1), 0), ("b", obs_rows(0, 1), 0)], max_wait_s=0.0,
                                      after=lambda b: (b.cancel("a"), b.cancel("b")),

@@ -229,6 +229,8 @@ class EpisodeBuilder:
         #: A continuing chunk's recurrent state from the step before it (``state_out``'s lookback).
         self._extra_lookback: dict = {}
         self._infos: list = []
+        #: The running episode's columns for :meth:`step_checked` (``None``: not known yet, or nested).
+        self._flat_columns: Optional[tuple] = None
 
     @property
     def num_steps(self) -> int:
@@ -256,6 +258,7 @@ class EpisodeBuilder:
             self._finish(terminated=False, truncated=True)
         _commit(pairs)
         self._obs = first
+        self._flat_columns = None
         self._actions = None
         self._rewards = None
         self._extra = None
@@ -312,12 +315,58 @@ class EpisodeBuilder:
         _commit(pairs)
         self._actions, self._rewards, self._extra = actions, rewards, extras
         self._infos.append(info)
+        self._stepped(terminated, truncated)
+
+    def step_checked(
+        self,
+        action: np.ndarray,
+        reward: float,
+        obs: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        extra: Mapping[str, np.ndarray],
+    ) -> None:
+        """:meth:`step` for a caller that checked every value already: the runner's served recorder.
+
+        The observation comes from a batch checked against the runner's space
+        and the action and ``extra`` from its own forward pass, so their
+        shapes and dtypes are the episode's; ``reward`` is a finite float.
+        Only the first step of an episode (which fixes the columns) and
+        nested values take :meth:`step`'s checks; the rest go straight into
+        the columns.
+        """
+        columns = self._flat_columns
+        if columns is None or not self._running or self._actions is None:
+            self.step(action, reward, obs, terminated, truncated, extra)
+            self._flat_columns = self._flat()
+            return
+        action_column, reward_column, obs_column, extra_columns = columns
+        action_column.append(action)
+        reward_column.append(reward)
+        obs_column.append(obs)
+        for name, column in extra_columns:
+            column.append(extra[name])
+        self._infos.append({})
+        self._stepped(terminated, truncated)
+
+    def _stepped(self, terminated: bool, truncated: bool) -> None:
+        """Count a step just recorded; end the episode, or cut it at ``max_chunk_steps``."""
         self._steps += 1
         self._last_step_time = self._clock()
         if terminated or truncated:
             self._finish(terminated=bool(terminated), truncated=bool(truncated))
         elif self._max_chunk_steps is not None and self._steps >= self._max_chunk_steps:
             self._cut()
+
+    def _flat(self) -> Optional[tuple]:
+        """The running episode's columns when none is nested (what :meth:`step_checked` appends to)."""
+        if not self._running or self._actions is None:
+            return None
+        nests = [self._actions, self._obs, *self._extra.values()]
+        if any(nest._column is None for nest in nests):
+            return None
+        return (self._actions._column, self._rewards, self._obs._column,
+                [(name, nest._column) for name, nest in self._extra.items()])
 
     def truncate(self) -> None:
         """End the running episode at its last step, as truncated (its env went away).
@@ -362,6 +411,7 @@ class EpisodeBuilder:
 
     def _finish(self, terminated: bool, truncated: bool) -> None:
         self._emit(terminated, truncated)
+        self._flat_columns = None
         self._extra_lookback = {}
         self._running = False
         self._steps = 0

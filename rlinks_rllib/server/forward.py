@@ -15,10 +15,17 @@ a client that runs the policy itself feeds it (``client.policy.NumpyPolicy``).
 The forward pass runs on the inference thread while RLlib's thread may swap
 the weights (``set_state``): both hold :attr:`ModuleForward.lock`, so a
 batch is computed with one version of the weights, and knows which.
+
+:class:`NumpyForward` does the same for RLlib's default MLP without torch:
+the runner runs the very numpy policy its local-inference clients run
+(``client.policy.NumpyPolicy``, checked against the module's own forward pass
+when it is built), in tens of microseconds, so the batcher runs it inline on
+the server's loop thread. A module it can't run exactly gets ModuleForward.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -29,9 +36,18 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
+from ..client.mlp import UnsupportedModelError
+from ..client.policy import NumpyPolicy
 from .inference import InferenceResult
 
-__all__ = ["ModuleForward", "served_actions_unsupported"]
+__all__ = ["ModuleForward", "NumpyForward", "served_actions_unsupported"]
+
+logger = logging.getLogger("rlinks_rllib.server")
+
+#: How closely NumpyPolicy's ``action_dist_inputs`` must match the module's to stand in for it.
+_MATCH_ATOL = 1e-4
+#: Sample observations the check runs.
+_MATCH_ROWS = 16
 
 
 def served_actions_unsupported(observation_space: gym.Space, action_space: gym.Space, module: Any) -> Optional[str]:
@@ -59,6 +75,12 @@ def served_actions_unsupported(observation_space: gym.Space, action_space: gym.S
     if Columns.ACTION_DIST_INPUTS not in out:
         return "the module's exploration forward pass gives no action_dist_inputs for the episodes"
     return None
+
+
+def _numpy(module_state: Any) -> dict:
+    """A module state's tensors as numpy arrays (NumpyPolicy's params)."""
+    return {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            for k, v in module_state.items()}
 
 
 def _model_input(obs: Any) -> torch.Tensor:
@@ -128,3 +150,79 @@ class ModuleForward:
         elif self._clip:
             actions = clip_action(actions, space)
         return np.asarray(actions, dtype=space.dtype)
+
+
+class NumpyForward:
+    """Actions from RLlib's default MLP run in numpy: the :data:`~.inference.Forward` of a runner that has one.
+
+    Built by :meth:`for_module`, which returns ``None`` unless NumpyPolicy
+    gives the module's own ``action_dist_inputs`` on sample observations. The
+    weights and their version are swapped together, as one reference, so a
+    batch never mixes versions (no lock: the loop thread computes, RLlib's
+    thread swaps).
+
+    Raises (from a call):
+        ValueError: the logits are not finite (a broken model; the clients
+            waiting for the batch get ``server_error``).
+    """
+
+    inline = True
+
+    def __init__(self, module: Any, policy: NumpyPolicy, options: dict) -> None:
+        self.module = module
+        self._options = options
+        self._current = (policy, 0)
+
+    @classmethod
+    def for_module(cls, module: Any, observation_space: gym.Space, action_space: gym.Space,
+                   model_config: Any, *, normalize_actions: bool, clip_actions: bool) -> Optional["NumpyForward"]:
+        """A NumpyForward that computes what ``module`` computes, or ``None`` (with the reason logged at debug)."""
+        model = dict(model_config or {})
+        options = dict(fcnet_activation=model.get("fcnet_activation", "tanh"),
+                       head_fcnet_activation=model.get("head_fcnet_activation", "relu"),
+                       normalize_actions=normalize_actions, clip_actions=clip_actions)
+        params = _numpy(module.get_state(inference_only=True))
+        try:
+            policy = NumpyPolicy(params, action_space, **options)
+        except UnsupportedModelError as exc:
+            logger.debug("served actions run the module in torch: %s", exc)
+            return None
+        obs = np.stack([observation_space.sample() for _ in range(_MATCH_ROWS)]).astype(np.float32)
+        with torch.no_grad():
+            expected = module.forward_exploration({Columns.OBS: _model_input(obs)}, t=0)[Columns.ACTION_DIST_INPUTS]
+        got = policy.action_dist_inputs(obs)
+        if got.shape != tuple(expected.shape) or not np.allclose(got, expected.numpy(), atol=_MATCH_ATOL, rtol=1e-4):
+            logger.debug("served actions run the module in torch: NumpyPolicy's outputs differ from the module's")
+            return None
+        return cls(module, policy, dict(action_space=action_space, **options))
+
+    @property
+    def weights_seq_no(self) -> int:
+        """The version of the weights the policy holds."""
+        return self._current[1]
+
+    def load(self, module_state: Any, weights_seq_no: Optional[int] = None) -> None:
+        """Take new weights (RLlib's thread): the module's, for checkpoints, and the policy's, for actions.
+
+        Raises:
+            UnsupportedModelError: the new weights are not the same MLP.
+        """
+        self.module.set_state(module_state)
+        params = _numpy(module_state)
+        options = dict(self._options)
+        policy = NumpyPolicy(params, options.pop("action_space"), **options)
+        seq_no = self._current[1] if weights_seq_no is None else weights_seq_no
+        self._current = (policy, seq_no)
+
+    def __call__(self, obs: np.ndarray) -> InferenceResult:
+        started = time.perf_counter()
+        policy, seq_no = self._current
+        out = policy.compute_actions(obs)
+        return InferenceResult(
+            actions=out.action,
+            actions_for_env=out.action_for_env,
+            action_logp=out.action_logp,
+            action_dist_inputs=out.action_dist_inputs,
+            weights_seq_no=seq_no,
+            seconds=time.perf_counter() - started,
+        )

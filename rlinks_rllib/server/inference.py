@@ -12,6 +12,9 @@ batches.
 
 The forward pass itself (RLlib's exploration forward pass on the runner's
 module) comes in as a callable, so this module needs neither Ray nor torch.
+A forward pass that costs less than a hop between threads (RLlib's default
+MLP run in numpy: tens of microseconds) runs *inline*, on the loop thread,
+as soon as a batch is ready: no thread to wake, no second wake-up of the loop.
 A request also says which weights its actions must at least be computed
 with (an ``ACT`` parked until new weights must never get actions of the old
 ones); a result computed with older weights is computed again.
@@ -94,6 +97,8 @@ class InferenceBatcher(Generic[K]):
         on_batch: ``(rows, requests, seconds)`` after each batch (metrics).
         all_waiting: whether every client that could send a request has one
             waiting (or parked elsewhere): then waiting longer gains nothing.
+        inline: run ``forward`` on the loop thread, from :meth:`submit` or the
+            timer (for a forward pass cheaper than a thread hop).
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class InferenceBatcher(Generic[K]):
         on_error: Callable[[list, BaseException], None],
         on_batch: Optional[Callable[[int, int, float], None]] = None,
         all_waiting: Callable[[], bool] = lambda: False,
+        inline: bool = False,
     ) -> None:
         self._loop = loop
         self._forward = forward
@@ -116,7 +122,8 @@ class InferenceBatcher(Generic[K]):
         self._on_error = on_error
         self._on_batch = on_batch
         self._all_waiting = all_waiting
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlinks-inference")
+        self._inline = inline
+        self._executor = None if inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlinks-inference")
         self._queue: collections.OrderedDict[K, _Request[K]] = collections.OrderedDict()
         self._queued_rows = 0
         self._in_flight: list[_Request[K]] = []
@@ -162,7 +169,8 @@ class InferenceBatcher(Generic[K]):
             self._timer = None
         self._queue.clear()
         self._queued_rows = 0
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
     # -- internals -------------------------------------------------------------
 
@@ -188,9 +196,17 @@ class InferenceBatcher(Generic[K]):
             rows += len(request.obs)
         self._queued_rows -= rows
         self._in_flight, self._in_flight_rows = batch, rows
-        obs = np.concatenate([request.obs for request in batch])
-        future = self._executor.submit(self._forward, obs)
-        future.add_done_callback(self._done_from_thread)
+        obs = batch[0].obs if len(batch) == 1 else np.concatenate([request.obs for request in batch])
+        if self._executor is not None:
+            future = self._executor.submit(self._forward, obs)
+            future.add_done_callback(self._done_from_thread)
+            return
+        try:
+            result = self._forward(obs)
+        except Exception as exc:  # noqa: BLE001 - the batch's clients get the error; the server goes on
+            self._complete(None, exc)
+        else:
+            self._complete(result, None)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -203,18 +219,21 @@ class InferenceBatcher(Generic[K]):
             logger.debug("an inference batch finished after the server loop closed; nobody waits for it")
 
     def _finished(self, future: Future) -> None:
+        if future.cancelled():
+            self._in_flight, self._in_flight_rows, self._cancelled = [], 0, set()
+            return  # closing
+        error = future.exception()
+        self._complete(None if error is not None else future.result(), error)
+
+    def _complete(self, result: Optional[InferenceResult], error: Optional[BaseException]) -> None:
+        """Answer the batch in flight with ``result``, or its clients with ``error``; then the next batch."""
         batch, self._in_flight = self._in_flight, []
         rows, self._in_flight_rows = self._in_flight_rows, 0
         cancelled, self._cancelled = self._cancelled, set()
-        live = [request for request in batch if request.key not in cancelled]
-        if future.cancelled():
-            return  # closing
-        error = future.exception()
         if error is not None:
-            self._on_error([request.key for request in live], error)
+            self._on_error([request.key for request in batch if request.key not in cancelled], error)
             self._maybe_dispatch()
             return
-        result: InferenceResult = future.result()
         if self._on_batch is not None:
             self._on_batch(rows, len(batch), result.seconds)
         offset = 0
@@ -238,6 +257,10 @@ class InferenceBatcher(Generic[K]):
             self._queue[request.key] = request
             self._queue.move_to_end(request.key, last=False)
             self._queued_rows += len(request.obs)
+        if again and self._inline:
+            # The newer weights come through the loop: let them in before computing again.
+            self._loop.call_soon(self._maybe_dispatch)
+            return
         self._maybe_dispatch()
 
 
@@ -246,14 +269,17 @@ class ServedPolicy:
     """What a runner needs to serve actions (the ``served_actions`` extension).
 
     Attributes:
-        forward: computes actions for a batch of observations (on the inference thread).
+        forward: computes actions for a batch of observations (on the inference thread, or inline).
         check_obs: turns an ``ACT``'s rows' ``obs`` into one array of the
             runner's observation shape and dtype, or raises ``IngestError``
             (:class:`~.served.ObservationCheck`).
         no_actions: zero actions in the action space's form: the answer to
             an ``ACT`` none of whose rows wants an action.
+        inline: ``forward`` is cheaper than a hop to another thread: run it
+            on the server's loop thread.
     """
 
     forward: Forward
     check_obs: Callable[[ActRows], np.ndarray]
     no_actions: np.ndarray
+    inline: bool = False

@@ -236,7 +236,9 @@ class ServedRecorder(Generic[K]):
         self._uncount(info)
         steps: collections.Counter[int] = collections.Counter()
         want = rows.wants_action
-        start, reward, terminated, truncated = rows.start, rows.reward, rows.terminated, rows.truncated
+        # Python values for the loop: read_act and ObservationCheck checked them as columns.
+        start, reward = rows.start.tolist(), rows.reward.tolist()
+        terminated, truncated, wanted = rows.terminated.tolist(), rows.truncated.tolist(), want.tolist()
         for i, env_id in enumerate(rows.env):
             env = info.envs.get(env_id)
             if env is not None and env.sent_at is not None:
@@ -250,12 +252,11 @@ class ServedRecorder(Generic[K]):
                 env.action = env.extra = None
                 continue
             assert env is not None, "checked above"
-            env.builder.step(env.action, float(reward[i]), obs[i], bool(terminated[i]), bool(truncated[i]),
-                             env.extra)
+            env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra)
             steps[env.weights_seq_no] += 1
             self._note_steps(env.weights_seq_no, 1)
             env.action = env.extra = None
-            if not want[i]:
+            if not wanted[i]:
                 self._close(info, env_id)
         want_env = [e for e, w in zip(rows.env, want) if w]
         want_obs = obs[want]
