@@ -42,7 +42,7 @@ from ..protocol import messages as msgs
 from ..protocol.config import POLICY_GRAPH_KEY, build_config
 from ..protocol.spaces import describe_space
 from .episodes import EpisodeIngest
-from .forward import ModuleForward, served_actions_unsupported
+from .forward import ModuleForward, NumpyForward, served_actions_unsupported
 from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .listener import RLinkServer
@@ -118,7 +118,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         #: None: no receipts come, and a result RLlib drops is lost.
         self._returned: Optional[ReturnedBatches] = None
         #: The forward pass for served actions, when this runner serves them.
-        self._forward: Optional[ModuleForward] = None
+        self._forward: Optional[ModuleForward | NumpyForward] = None
         #: The module as ONNX for clients that ask (``policy_graph``); None: not exported.
         self._policy_graph: Optional[bytes] = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
@@ -391,16 +391,23 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if reason is not None:
             logger.info("RLinkEnvRunner %d does not serve actions: %s", self.worker_index, reason)
             return None
-        runners = max(1, int(self.config.num_env_runners or 0))
-        self._forward = ModuleForward(self.module, action_space, normalize_actions=bool(self.config.normalize_actions),
-                                      clip_actions=bool(self.config.clip_actions),
-                                      # As SingleAgentEnvRunner estimates the global step count.
-                                      timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
+        normalize, clip = bool(self.config.normalize_actions), bool(self.config.clip_actions)
+        # RLlib's default MLP runs in numpy, on the loop thread; any other module in torch, on a thread of its own.
+        self._forward = NumpyForward.for_module(self.module, obs_space, action_space, self.config.model_config,
+                                                normalize_actions=normalize, clip_actions=clip)
+        if self._forward is not None:
+            logger.debug("RLinkEnvRunner %d serves actions from RLlib's default MLP in numpy", self.worker_index)
+        else:
+            runners = max(1, int(self.config.num_env_runners or 0))
+            self._forward = ModuleForward(self.module, action_space, normalize_actions=normalize, clip_actions=clip,
+                                          # As SingleAgentEnvRunner estimates the global step count.
+                                          timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
         discrete = isinstance(action_space, gym.spaces.Discrete)
         return ServedPolicy(
             forward=self._forward,
             check_obs=ObservationCheck(obs_space.shape, obs_space.dtype),
             no_actions=np.empty((0, *action_space.shape), np.int64 if discrete else action_space.dtype),
+            inline=isinstance(self._forward, NumpyForward),
         )
 
     def _export_policy_graph(self) -> Optional[bytes]:

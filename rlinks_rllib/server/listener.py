@@ -244,7 +244,7 @@ class RLinkServer:
                 self._loop, self._policy.forward, max_rows=settings.served_batch_size,
                 max_wait_s=settings.served_max_wait_us / 1e6, on_result=self._actions_ready,
                 on_error=self._inference_failed, on_batch=self._inference_done,
-                all_waiting=lambda: self._recorder.all_waiting,
+                all_waiting=lambda: self._recorder.all_waiting, inline=self._policy.inline,
             )
 
     # -- lifecycle (any thread) --------------------------------------------
