@@ -47,7 +47,7 @@ def node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:
         pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
-    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript")]
+    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript", "ws")]
     if not all(path.exists() for path in installed):
         npm = shutil.which("npm")
         if npm is None:
@@ -167,6 +167,22 @@ def test_shared_secret(node, secret_file):
     assert summary_of(right.stdout)["steps_acked"] == UPDATE_STEPS
     assert wrong.returncode == 1 and "auth_failed" in wrong.stderr, wrong.stderr
     assert none.returncode == 1 and "auth_failed" in none.stderr, none.stderr
+
+
+def test_over_websocket_to_a_runner_and_through_the_directory(node, secret_file):
+    """ws:// (the ``ws`` package under Node): one RLlink frame body per binary message, on the runners' own ports."""
+    with FakeLearner(auth="on", auth_secret_file=secret_file) as learner, \
+            directory_of(learner, auth="on", auth_secret_file=secret_file) as directory:
+        runner = cartpole(node, "--address", f"ws://127.0.0.1:{learner.port}", "--max-steps", "200",
+                          "--secret-file", secret_file)
+        through = cartpole(node, "--address", f"ws://127.0.0.1:{directory.address[1]}", "--max-steps", "200",
+                           "--secret-file", secret_file)
+        steps_in = learner.server.stats.steps_in
+    for result in (runner, through):
+        assert result.returncode == 0, result.stderr
+        assert f"connected to ws://127.0.0.1:{learner.port}" in result.stderr
+        assert summary_of(result.stdout)["steps_acked"] == 3 * UPDATE_STEPS
+    assert steps_in == 2 * 3 * UPDATE_STEPS
 
 
 # ----------------------------------------------------------------------
