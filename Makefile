@@ -32,6 +32,7 @@ bench: venv
 	$(PY) benchmarks/bench_client.py
 	$(PY) benchmarks/bench_demo.py
 	$(PY) benchmarks/bench_served.py
+	$(PY) benchmarks/bench_websocket.py
 
 # Long fuzzing of the frame decoder, message validation and episode checks
 # (CI runs the same targets briefly as part of `make test`).

@@ -1,4 +1,4 @@
-"""RLlink over WebSocket (PROTOCOL.md 13): the same port, the same messages, the same guards as TCP.
+"""RLlink over WebSocket (PROTOCOL.md 16): the same port, the same messages, the same guards as TCP.
 
 A real :class:`RLinkEnvRunner` serves one client over ``ws://`` and one over
 plain TCP on one port, and what ``sample()`` returns is the same; ``wss://``
@@ -277,5 +277,20 @@ def test_the_directory_answers_over_websocket_and_wss(certs):
             address = f"{'wss' if tls else 'ws'}://localhost:{directory.address[1]}"
             runners = ask_directory(address, ca_file=certs["ca"] if tls else None, timeout=5)
             assert [r["port"] for r in runners] == [6002, 6001]
+        finally:
+            directory.stop()
+
+
+def test_a_client_that_asks_the_directory_over_websocket_goes_on_to_the_runner_over_websocket(caplog):
+    with serving() as server:
+        directory = Directory("127.0.0.1", 0).start()
+        try:
+            directory.update([Endpoint(0, "127.0.0.1", server.address[1], 0)])
+            caplog.set_level(logging.INFO, logger="rlinks_rllib.server")
+            with RLinkClient(f"ws://127.0.0.1:{directory.address[1]}", **FAST) as client:
+                client.get_state()
+                assert client.address == Address("127.0.0.1", server.address[1], websocket=True)
+            assert any("over WebSocket" in r.getMessage() and "connected from" in r.getMessage()
+                       for r in caplog.records)
         finally:
             directory.stop()

@@ -6,7 +6,7 @@ Accepted forms::
     tcp://HOST:PORT      the same, with the scheme spelled out
     [V6]:PORT            [::1]:5555, tcp://[fe80::1%eth0]:5555
     tls://HOST:PORT      the same over TLS
-    ws://HOST:PORT       RLlink over WebSocket (PROTOCOL.md 13), on the same port
+    ws://HOST:PORT       RLlink over WebSocket (PROTOCOL.md 16), on the same port
     wss://HOST:PORT      the same over TLS (a trailing ``/`` is allowed on both)
 
 A ``(host, port)`` tuple or an :class:`Address` is taken as is (checked).

@@ -985,7 +985,8 @@ class RLinkClient:
         self._discard_connection()
         tried: list[str] = []
         for entry in runners:
-            self.address = Address(entry["host"], entry["port"], self.given_address.tls)
+            # Over the directory's own transport: TLS or not, WebSocket or not.
+            self.address = Address(entry["host"], entry["port"], self.given_address.tls, self.given_address.websocket)
             try:
                 done = self._open()
             except (OSError, ConnectionLost) as exc:

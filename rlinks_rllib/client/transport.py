@@ -183,7 +183,7 @@ class Transport:
         return transport
 
     def _upgrade(self, timeout: float) -> None:
-        """Ask for RLlink over WebSocket and read the 101, within ``timeout`` (PROTOCOL.md 13).
+        """Ask for RLlink over WebSocket and read the 101, within ``timeout`` (PROTOCOL.md 16).
 
         Raises:
             ConnectFailed: the server refused the upgrade or is not a WebSocket server.

@@ -1,4 +1,4 @@
-"""The client's side of RLlink over WebSocket (``ws://``, ``wss://``; PROTOCOL.md 13).
+"""The client's side of RLlink over WebSocket (``ws://``, ``wss://``; PROTOCOL.md 16).
 
 A :class:`ClientWebSocket` is what a :class:`~.transport.Transport` puts
 between its socket and the Connection when its address is a ``ws://`` or

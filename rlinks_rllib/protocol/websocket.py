@@ -1,4 +1,4 @@
-"""RLlink over WebSocket, sans I/O: one RLlink message per binary WebSocket message (PROTOCOL.md 13).
+"""RLlink over WebSocket, sans I/O: one RLlink message per binary WebSocket message (PROTOCOL.md 16).
 
 A browser can't open a TCP socket, so a runner's port (and the directory's)
 also takes an HTTP/1.1 upgrade to WebSocket (RFC 6455). RFC 6455 itself is
@@ -198,7 +198,9 @@ class MessageChannel:
         if self.ws.eof_sent or self.ws.reader.eof:
             return  # the WebSocket layer is done: nothing more is read
         self._set_cap()  # the Connection may have finished its handshake since the last bytes
-        self.ws.receive_data(data if isinstance(data, (bytes, bytearray)) else bytes(data))
+        # (Typed bytes | bytearray, but its reader only appends the data to a bytearray: a view of the
+        # driver's read buffer saves copying every byte once more.)
+        self.ws.receive_data(data)  # type: ignore[arg-type]
         self._take_events()
 
     def receive_eof(self) -> None:

@@ -14,7 +14,7 @@ that connects here by mistake gets an ``ERROR`` naming the runners' ports.
 It guards its door as a runner does: with a shared secret it answers
 nothing but the handshake until the client has proved it knows the secret
 (``auth``, PROTOCOL.md §10.3), and with a certificate it speaks only TLS.
-Like a runner's port it takes RLlink over WebSocket too (PROTOCOL.md 13),
+Like a runner's port it takes RLlink over WebSocket too (PROTOCOL.md 16),
 with the same origin check.
 The learner builds it from the runners' own settings
 (:meth:`Directory.from_settings`), so one secret and one CA cover every port.

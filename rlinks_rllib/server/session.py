@@ -29,7 +29,7 @@ reads go through a small buffer, so a stranger costs the runner little;
 after it, a large body is read straight into its final buffer.
 
 A client may speak RLlink over WebSocket on the same port (PROTOCOL.md
-13): the first bytes tell (:class:`~..protocol.websocket.FirstBytes`), and
+16): the first bytes tell (:class:`~..protocol.websocket.FirstBytes`), and
 an upgrade's bytes go through a :class:`~.websocket.ServerWebSocket`, which
 feeds the Connection whole frames and turns what it queues into binary
 messages; the deadlines, limits and the Connection's rules are the same.
@@ -175,7 +175,7 @@ class Session(asyncio.BufferedProtocol):
         self._frames_in = self._frames_out = 0
         #: The transport is closed (or closing) and the host was told: nothing more happens here.
         self._closed = False
-        #: Until the first bytes tell RLlink from a WebSocket upgrade (PROTOCOL.md 13); then ``None``.
+        #: Until the first bytes tell RLlink from a WebSocket upgrade (PROTOCOL.md 16); then ``None``.
         self._first: Optional[FirstBytes] = FirstBytes()
         #: The WebSocket this client's RLlink travels in, if it upgraded.
         self._ws: Optional[ServerWebSocket] = None

@@ -109,7 +109,7 @@ class RLinkSettings:
             module), and an export that fails is logged, not fatal; ``on``:
             always, and a failed export stops the runner; ``off``: never.
         ws_allowed_origins: the origins (``"https://game.example"``) whose pages
-            may connect over WebSocket (PROTOCOL.md 13); an upgrade whose
+            may connect over WebSocket (PROTOCOL.md 16); an upgrade whose
             ``Origin`` header names another is refused with HTTP 403. One
             without ``Origin`` (Node, Python, any program that is not a page)
             is let in. ``"*"``: pages from any origin.
