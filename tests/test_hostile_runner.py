@@ -227,7 +227,8 @@ def test_runner_survives_and_counts_every_attack_while_a_good_client_trains(ray_
         got: dict[str, str | None] = {}
         expected_codes = {
             # Before any handshake.
-            "garbage": ("bad_frame", lambda: attack(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", handshake=False)),
+            # (A stream that starts with "GET " is a WebSocket upgrade: test_websocket_hostile.py.)
+            "garbage": ("bad_frame", lambda: attack(port, b"HELO x.example\r\nHost: x\r\n\r\n", handshake=False)),
             "header with spaces": ("bad_frame", lambda: attack(port, b" 0000011" + PING[8:], handshake=False)),
             "header with a sign": ("bad_frame", lambda: attack(port, b"+0000011" + PING[8:], handshake=False)),
             "huge length before PING": ("frame_too_large", lambda: attack(port, b"99999999", handshake=False)),

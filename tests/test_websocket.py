@@ -20,7 +20,7 @@ from peers import make_episode
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.client import ConnectFailed, EnvClient, RLinkClient, ask_directory
 from rlinks_rllib.client.address import Address, parse_address
-from rlinks_rllib.client.errors import AuthenticationFailed
+from rlinks_rllib.client.errors import AuthenticationFailed, ServerError
 from rlinks_rllib.client.websocket import ClientWebSocket
 from rlinks_rllib.protocol.websocket import FirstBytes, split_frames
 from rlinks_rllib.protocol import encode_message, encode_message_parts
@@ -294,3 +294,16 @@ def test_a_client_that_asks_the_directory_over_websocket_goes_on_to_the_runner_o
                        for r in caplog.records)
         finally:
             directory.stop()
+
+
+def test_a_full_runner_refuses_a_websocket_client_as_it_refuses_a_tcp_one():
+    import socket
+
+    with serving(max_clients=1) as server:
+        port = server.address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            wait_for(lambda: server.stats.clients_connected == 1)
+            for address in (f"127.0.0.1:{port}", f"ws://127.0.0.1:{port}"):
+                with pytest.raises(ServerError, match="already serves 1 clients") as caught:
+                    RLinkClient(address, **FAST).connect()
+                assert caught.value.code == "limit_exceeded"

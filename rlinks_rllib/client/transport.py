@@ -329,8 +329,13 @@ class Transport:
         assert self.websocket is not None
         answers = self.websocket.receive(conn, data)
         if answers:
-            self._write_bytes(answers, timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
-                              what=f"a WebSocket answer (while we waited for {what})")
+            try:
+                self._write_bytes(answers, timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
+                                  what=f"a WebSocket answer (while we waited for {what})")
+            except (ConnectionLost, ServerTimeout) as exc:
+                # Best effort: after the server's close (its ERROR is already in conn) the socket may be gone;
+                # what conn holds decides how the conversation ended.
+                log.debug("%s: no WebSocket answer sent: %s", self.address, exc)
 
     def read_after_failed_write(self, conn: Connection) -> None:
         """After a failed write: read into ``conn`` what the server sent before it closed, if anything.

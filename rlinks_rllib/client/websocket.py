@@ -11,7 +11,10 @@ TLS and every deadline stay the Transport's.
 
 A refused upgrade (HTTP 403 for a page origin the runner does not allow,
 400 for a request it can't read) is :class:`~.errors.ConnectFailed`, not
-retried: the next attempt would be refused the same way.
+retried: the next attempt would be refused the same way. A runner that is
+full (``max_clients``) refuses a connection before it reads a byte, so its
+answer to the upgrade is an RLlink ``ERROR``: that is
+:class:`~.errors.ServerError`, as over TCP.
 """
 
 from __future__ import annotations
@@ -24,16 +27,20 @@ from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from ..protocol.codec import Buffer
-from ..protocol.connection import Connection
+from ..protocol.connection import MAX_PEER_CODE, MAX_PEER_TEXT, Connection
+from ..protocol.errors import ProtocolError
+from ..protocol.framing import FrameDecoder
 from ..protocol.limits import MAX_BODY_BYTES
 from ..protocol.websocket import MessageChannel, split_frames
 from .address import Address
-from .errors import ConnectFailed, ProtocolViolation
+from .errors import ConnectFailed, ProtocolViolation, ServerError
 
 __all__ = ["ClientWebSocket"]
 
 #: Bytes of a refusal's body quoted in the error.
 _QUOTED_BODY_CHARS = 300
+#: The first bytes of the server's answer kept, to read an RLlink ERROR sent in place of HTTP.
+_KEPT_ANSWER_BYTES = 4096
 
 
 class ClientWebSocket:
@@ -54,6 +61,7 @@ class ClientWebSocket:
         self.ws.send_request(self.ws.connect())
         self._response: Optional[Response] = None
         self._channel: Optional[MessageChannel] = None
+        self._answer_start = b""
 
     # -- the upgrade ----------------------------------------------------------------
 
@@ -71,9 +79,12 @@ class ClientWebSocket:
 
         Raises:
             ConnectFailed: the server refused the upgrade, or did not answer with HTTP.
+            ServerError: the server answered with an RLlink ``ERROR`` (it was full).
             ProtocolViolation: the server sent a message before we spoke.
         """
         ws = self.ws
+        if len(self._answer_start) < _KEPT_ANSWER_BYTES:
+            self._answer_start += data[: _KEPT_ANSWER_BYTES - len(self._answer_start)]
         if data:
             ws.receive_data(data)
         else:
@@ -90,6 +101,9 @@ class ClientWebSocket:
                 body = response.body.decode(errors="replace").strip()[:_QUOTED_BODY_CHARS]
                 raise ConnectFailed(f"{self.address} refused the WebSocket upgrade: HTTP {response.status_code} "
                                     f"{response.reason_phrase}{': ' + body if body else ''}")
+            refusal = _rlink_error(self._answer_start)
+            if refusal is not None:
+                raise refusal
             raise ConnectFailed(f"{self.address} did not accept a WebSocket upgrade ({exc}); is it an rlinks "
                                 "runner or directory? (RLlib's own server speaks plain TCP only: tcp://)")
         if not data and self._response is None:
@@ -130,3 +144,15 @@ class ClientWebSocket:
         if self._channel is None or self._channel.conn is not conn:
             self._channel = MessageChannel(self.ws, conn, max_message_bytes=MAX_BODY_BYTES)
         return self._channel
+
+
+def _rlink_error(answer: bytes) -> Optional[ServerError]:
+    """The RLlink ``ERROR`` a server sent in place of an HTTP answer, if that is what ``answer`` starts with."""
+    try:
+        messages = FrameDecoder(validate=False).feed(answer)
+    except ProtocolError:
+        return None
+    for message in messages:
+        if isinstance(message, dict) and message.get("type") == "ERROR":
+            return ServerError(str(message.get("code"))[:MAX_PEER_CODE], str(message.get("message"))[:MAX_PEER_TEXT])
+    return None

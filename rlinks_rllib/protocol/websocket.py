@@ -232,6 +232,7 @@ class MessageChannel:
         if self.error is not None and ws.state is not OPEN and not self._failed:
             # The WebSocket layer failed the connection (its close frame is queued): our ERROR goes first.
             self._failed = True
+            # (b"" is the end of the stream, as websockets says it; it keeps _held non-empty even so.)
             self._held = ws.data_to_send() or [b""]
         self._set_cap()
 
