@@ -1,0 +1,174 @@
+"""Recording what runners receive as RLlib offline data, and training RLlib's BC from it.
+
+The writer on its own (rotation, the temporary name, the caps, uint8 images),
+then a real runner recording real clients: killed with SIGKILL while it
+records, it leaves only whole files that Ray Data reads; a recording of a good
+CartPole controller played by real clients trains BC (``rlinks learner``) to
+at least 80% of the controller's return on gymnasium's CartPole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from harness import RLINKS, ROOT
+from rlinks_rllib.server.recorder import TEMP_PREFIX, UNTRAINED_DIR, Recorder, episode_columns
+
+MB = 1_000_000
+
+
+def controller(obs: np.ndarray) -> int:
+    """A scripted CartPole controller that keeps the pole up for all 500 steps."""
+    return int(obs[2] + 0.5 * obs[3] + 0.01 * obs[1] > 0)
+
+
+def chunk(steps: int, *, obs_shape=(4,), dtype=np.float32, seed: int = 0, terminated: bool = True,
+          t_started: int = 0) -> SingleAgentEpisode:
+    """An episode chunk as a runner hands it to RLlib (numpy buffers, RLlib's extra model outputs)."""
+    rng = np.random.default_rng(seed)
+    if dtype == np.uint8:
+        obs = rng.integers(0, 256, (steps + 1, *obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.normal(size=(steps + 1, *obs_shape)).astype(dtype)
+    episode = SingleAgentEpisode(
+        observations=list(obs), actions=list(rng.integers(0, 2, steps)), rewards=list(np.ones(steps, np.float32)),
+        extra_model_outputs={"action_logp": list(np.full(steps, -0.69, np.float32)),
+                             "action_dist_inputs": list(np.zeros((steps, 2), np.float32))},
+        terminated=terminated, t_started=t_started, len_lookback_buffer=0)
+    episode.to_numpy()
+    return episode
+
+
+def files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.parquet"))
+
+
+def temps(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"{TEMP_PREFIX}*"))
+
+
+# -- the writer ------------------------------------------------------------------------------
+
+
+def test_rows_are_rllibs_offline_columns_one_per_step():
+    episode = chunk(5, terminated=True, t_started=10)
+    columns = episode_columns([episode])
+    assert set(columns) == {"eps_id", "obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t",
+                            "action_logp", "action_dist_inputs"}
+    assert len(columns["obs"]) == 5
+    np.testing.assert_array_equal(columns["new_obs"][:-1], columns["obs"][1:])
+    assert columns["terminateds"].tolist() == [False] * 4 + [True]
+    assert columns["t"].tolist() == [10, 11, 12, 13, 14]
+    # A chunk whose episode goes on ends neither terminated nor truncated.
+    assert not episode_columns([chunk(3, terminated=False)])["terminateds"].any()
+
+
+def test_files_rotate_by_size_and_appear_only_whole(tmp_path):
+    recorder = Recorder(tmp_path, max_file_bytes=60_000, max_total_bytes=10 * MB, threaded=False)
+    recorder.add([chunk(10, seed=0)])
+    # Open: only a temporary file whose name readers skip.
+    assert files(tmp_path) == [] and len(temps(tmp_path)) == 1
+    for seed in range(1, 20):
+        recorder.add([chunk(200, seed=seed)])
+    recorder.close()
+    assert temps(tmp_path) == []
+    written = files(tmp_path)
+    assert len(written) > 2
+    assert all(path.stat().st_size <= 60_000 for path in written)
+    rows = sum(pq.read_table(path).num_rows for path in written)
+    stats = recorder.stats()
+    assert rows == stats["record_steps"] == 19 * 200 + 10
+    assert stats["record_files"] == len(written) and stats["record_bytes"] == sum(p.stat().st_size for p in written)
+
+
+def test_a_file_open_too_long_is_closed_by_the_writer_thread(tmp_path):
+    recorder = Recorder(tmp_path, max_file_bytes=10 * MB, max_total_bytes=100 * MB, max_file_s=0.2)
+    recorder.add([chunk(50)])
+    deadline = time.monotonic() + 10
+    while not files(tmp_path):
+        assert time.monotonic() < deadline, "the open file was never closed"
+        time.sleep(0.05)
+    assert temps(tmp_path) == []
+    recorder.close()
+
+
+def test_the_total_cap_stops_recording_and_counts_what_was_not_written(tmp_path, caplog):
+    recorder = Recorder(tmp_path, max_file_bytes=50_000, max_total_bytes=200_000, threaded=False)
+    for seed in range(40):
+        recorder.add([chunk(200, seed=seed)])
+    recorder.close()
+    stats = recorder.stats()
+    on_disk = sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())
+    assert on_disk <= 200_000 and stats["record_bytes"] == on_disk
+    assert stats["record_dropped_steps"] > 0
+    assert stats["record_steps"] + stats["record_dropped_steps"] == 40 * 200
+    assert sum(pq.read_table(p).num_rows for p in files(tmp_path)) == stats["record_steps"]
+    assert "reached record_max_total_mb" in caplog.text and "stops recording" in caplog.text
+
+
+def test_rotation_at_the_total_cap_deletes_the_oldest_files_and_counts_them(tmp_path, caplog):
+    recorder = Recorder(tmp_path, max_file_bytes=50_000, max_total_bytes=150_000, at_cap="rotate", threaded=False)
+    for seed in range(40):
+        recorder.add([chunk(200, seed=seed)])
+    recorder.close()
+    stats = recorder.stats()
+    written = files(tmp_path)
+    assert sum(p.stat().st_size for p in written) <= 150_000
+    assert stats["record_deleted_files"] > 0 and stats["record_dropped_steps"] == 0
+    assert stats["record_files"] - stats["record_deleted_files"] == len(written)
+    assert written[-1].name.endswith(f"-{stats['record_files']:06d}.parquet")  # the newest are kept
+    assert "deletes its oldest files" in caplog.text
+
+
+def test_uint8_images_stay_uint8_and_compress(tmp_path):
+    import ray.data  # noqa: F401 - registers Ray Data's tensor type, as any reader of the recording has
+
+    image = np.zeros((11, 84, 84, 3), np.uint8)
+    image[:, 20:40, 30:50] = 200
+    episode = chunk(10, obs_shape=(84, 84, 3), dtype=np.uint8)
+    episode.observations.data[:] = image
+    recorder = Recorder(tmp_path, max_file_bytes=10 * MB, max_total_bytes=100 * MB, threaded=False)
+    recorder.add([episode])
+    recorder.close()
+    (path,) = files(tmp_path)
+    table = pq.read_table(path)
+    obs = table.column("obs").combine_chunks().to_numpy()
+    assert obs.dtype == np.uint8 and obs.shape == (10, 84, 84, 3)
+    np.testing.assert_array_equal(obs, image[:-1])
+    np.testing.assert_array_equal(table.column("new_obs").combine_chunks().to_numpy(), image[1:])
+    assert path.stat().st_size < image.nbytes / 10  # zstd pages
+
+
+def test_untrained_episodes_go_where_a_reader_of_the_folder_does_not_look(tmp_path):
+    recorder = Recorder(tmp_path, max_file_bytes=MB, max_total_bytes=10 * MB, threaded=False)
+    recorder.add([chunk(10)], trained=True)
+    recorder.add([chunk(7)], trained=False)
+    recorder.close()
+    assert [pq.read_table(p).num_rows for p in files(tmp_path)] == [10]
+    assert [pq.read_table(p).num_rows for p in files(tmp_path / UNTRAINED_DIR)] == [7]
+    assert recorder.stats()["record_untrained_steps"] == 7
+
+
+def test_a_write_error_stops_recording_loudly_not_the_caller(tmp_path, caplog):
+    folder = tmp_path / "rec"
+    recorder = Recorder(folder, max_file_bytes=MB, max_total_bytes=10 * MB, threaded=False)
+    folder.rmdir()
+    folder.write_text("a file where the folder was")  # every write now fails with an OSError
+    recorder.add([chunk(10)])
+    recorder.add([chunk(5)])
+    recorder.close()
+    stats = recorder.stats()
+    assert stats["record_errors"] == 1 and stats["record_dropped_steps"] == 15 and stats["record_steps"] == 0
+    assert "recording stops" in caplog.text
