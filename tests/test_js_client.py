@@ -265,47 +265,69 @@ def test_a_reply_out_of_turn_is_unexpected_message(node):
 # Training with a real learner
 
 
+class Learner:
+    """``rlinks learner --config CONFIG`` on free ports, for a test's ``with``: stopped with Ctrl-C at the end.
+
+    Attributes:
+        address: its directory's ``host:port``, once it listens.
+        output: what it printed, once it has exited.
+    """
+
+    def __init__(self, config: str | Path, tmp_path: Path) -> None:
+        self.run = tmp_path / "run"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rlinks_rllib", "learner", "--config", str(config), "--port", "0",
+             "--output", str(self.run)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.output = ""
+
+    def __enter__(self) -> "Learner":
+        deadline = time.monotonic() + 180
+        while not (self.run / "directory.json").exists():
+            assert self.process.poll() is None, self.process.stdout.read()
+            assert time.monotonic() < deadline, "the learner never listened"
+            time.sleep(0.5)
+        directory = json.loads((self.run / "directory.json").read_text())
+        self.address = f"{directory['host']}:{directory['port']}"
+        return self
+
+    def wait(self, timeout: float) -> float:
+        """Wait until it stops by its own rule; the mean return it reached."""
+        self.output = self.process.communicate(timeout=timeout)[0]
+        assert self.process.returncode == 0, self.output
+        return float(re.search(r"done: mean return ([\d.]+)", self.output).group(1))
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.output = self.process.communicate(timeout=120)[0]
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.output = self.process.communicate(timeout=10)[0]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
     """`rlinks learner --config ppo_cartpole` (2 runners) to 450; 4 Node clients given the directory's one address."""
-    output = tmp_path / "run"
     started = time.monotonic()
-    learner = subprocess.Popen(
-        [sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml", "--port", "0",
-         "--output", str(output)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
     clients: list[subprocess.Popen] = []
-    try:
-        deadline = time.monotonic() + 180
-        while not (output / "directory.json").exists():
-            assert learner.poll() is None, learner.stdout.read()
-            assert time.monotonic() < deadline, "the learner never listened"
-            time.sleep(0.5)
-        directory = json.loads((output / "directory.json").read_text())
-        address = f"{directory['host']}:{directory['port']}"
-        clients = [subprocess.Popen([node, str(EXAMPLE), "--address", address, "--max-steps", "10000000",
-                                     "--seed", str(i), "--shutdown-grace", "5"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
-        out, _ = learner.communicate(timeout=780)
-        outputs = [client.communicate(timeout=60)[0] for client in clients]
-    finally:
-        for proc in clients:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        if learner.poll() is None:
-            # Ctrl-C: the learner stops RLlib and Ray (a kill would leave Ray's agents behind).
-            learner.send_signal(signal.SIGINT)
-            try:
-                out, _ = learner.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                learner.kill()
-                out, _ = learner.communicate(timeout=10)
-    assert learner.returncode == 0, out
-    reached = float(re.search(r"done: mean return ([\d.]+)", out).group(1))
-    assert reached >= 450, out
+    with Learner(ROOT / "configs" / "ppo_cartpole.yaml", tmp_path) as learner:
+        try:
+            clients = [subprocess.Popen([node, str(EXAMPLE), "--address", learner.address, "--max-steps", "10000000",
+                                         "--seed", str(i), "--shutdown-grace", "5"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
+            reached = learner.wait(timeout=780)
+            outputs = [client.communicate(timeout=60)[0] for client in clients]
+        finally:
+            for proc in clients:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+    assert reached >= 450, learner.output
     for text in outputs:
         assert "the learner stopped" in text, text
         assert summary_of(text)["steps"] > 0
