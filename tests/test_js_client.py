@@ -30,7 +30,9 @@ from peers import CLOSE, HANDLED
 from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.protocol.extensions import Extension
 from rlinks_rllib.protocol.messages import MessageType
-from test_cpp_client import SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, directory_of, summary_of
+import numpy as np
+from test_cpp_client import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
+                             directory_of, lean_rule, rows_of, summary_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "clients" / "js"
@@ -259,6 +261,93 @@ def test_a_reply_out_of_turn_is_unexpected_message(node):
     with ScriptedRunner(on_message=pong_instead_of_weights) as server:
         result = cartpole(node, "--address", server.address, "--max-steps", "100")
     assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
+
+
+# ----------------------------------------------------------------------
+# Served actions (PROTOCOL.md 10.5), against a scripted runner that answers with a fixed rule
+
+
+def test_served_actions_rows_are_those_of_section_10_5(node):
+    steps = 1000
+    with ServedPeer(hold_s=0.05, hold_acts=5) as peer:
+        result = cartpole(node, "--served-actions", "--address", peer.address, "--max-steps", str(steps), "--seed", "5")
+    assert result.returncode == 0, result.stderr
+    assert peer.errors == [] and peer.violations == []  # one ACT outstanding, and every ACT well-formed
+    assert peer.connections == 1 and "served_actions" in peer.agreed[0]
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == steps and summary["weights_seq_no"] == 7
+    # One ACT per step, and a last one that reports the last action's result.
+    assert len(peer.acts) == steps + 1
+    assert all(np.asarray(rows.obs).dtype == np.float32 and np.asarray(rows.obs).shape == (len(rows), 4)
+               for _, rows in peer.acts)
+    first = peer.acts[0][1]
+    assert first.env == [0] and first.start.all() and not first.reward.any()
+    open_at, action_of, returns, length = None, None, [], 0
+    for _, _, row in rows_of(peer.acts):
+        if row["start"]:
+            assert open_at is None and np.all(np.abs(row["obs"]) <= 0.05)  # CartPole's reset
+            length = 0
+        else:
+            # Reports what the last action led to: reward 1, and CartPole's step from there.
+            assert row["reward"] == 1.0
+            np.testing.assert_allclose(row["obs"], cartpole_step(open_at, action_of), atol=1e-5)
+            length += 1
+            open_at = None
+        if row["terminated"] or row["truncated"]:
+            if row["terminated"] or length == 500:
+                returns.append(float(length))
+            continue
+        open_at, action_of = row["obs"], lean_rule(row["obs"])
+    # The last ACT ends the open episode (truncated: the run stopped); nothing more is wanted.
+    assert open_at is None and not peer.acts[-1][1].wants_action.any()
+    assert summary["episodes"] == len(returns) > 3 and summary["mean_return_last_20"] > 100  # the rule's ~200
+
+
+def test_served_actions_for_other_envs_are_a_clear_error(node):
+    def too_few_on_the_third(act, envs, actions):
+        return (envs, actions[:-1]) if act == 2 else (envs, actions)
+
+    with ServedPeer(answer=too_few_on_the_third) as peer:
+        result = cartpole(node, "--served-actions", "--address", peer.address, "--max-steps", "100")
+    assert result.returncode == 1
+    assert "protocol error (invalid_message)" in result.stderr and "ACTIONS: 0 actions for 1 envs" in result.stderr
+    assert len(peer.acts) == 3 and peer.violations == [] and peer.errors == []
+
+
+def test_served_actions_start_every_episode_again_after_a_reconnect(node):
+    def drop_at_the_first_episode_end(conn, act, rows):
+        return conn == 0 and bool((rows.terminated | rows.truncated).any())
+
+    with ServedPeer(drop=drop_at_the_first_episode_end) as peer:
+        result = cartpole(node, "--served-actions", "--envs", "3", "--address", peer.address, "--max-steps", "1500",
+                          "--seed", "2")
+    assert result.returncode == 0, result.stderr
+    assert peer.errors == [] and peer.violations == [] and peer.connections == 2
+    assert summary_of(result.stdout)["reconnects"] == 1 and "interrupted by the lost connection" in result.stderr
+    # The runner closed every open episode: on the new connection each env's first row starts one.
+    first_rows = {}
+    for _, env, row in rows_of(peer.acts, conn=1):
+        first_rows.setdefault(env, row)
+    assert sorted(first_rows) == [0, 1, 2] and all(row["start"] for row in first_rows.values())
+
+
+def test_a_module_this_client_cannot_run_is_served_by_the_runner(node, monkeypatch):
+    """inference 'auto': weights that are not RLlib's default MLP make the runner compute the actions."""
+    monkeypatch.setitem(PARAMS, "encoder.lstm.weight_ih_l0", np.ones((8, 4), np.float32))
+    with ServedPeer() as peer:
+        result = cartpole(node, "--address", peer.address, "--max-steps", "300")
+    assert result.returncode == 0, result.stderr
+    assert "unexpected parameter 'encoder.lstm.weight_ih_l0'" in result.stderr
+    assert "the runner computes the actions" in result.stderr and "actions served by the learner" in result.stderr
+    assert summary_of(result.stdout)["steps"] == 300 and len(peer.acts) == 301
+
+
+def test_served_actions_need_a_runner_that_serves_them(node):
+    with ScriptedRunner() as server:  # rlinks' extensions, but not served_actions
+        result = cartpole(node, "--served-actions", "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 3, result.stderr
+    assert "does not serve actions" in result.stderr and "served_actions" in result.stderr
+    assert server.types() == ["PING"]  # nothing asked of a runner that did not agree
 
 
 # ----------------------------------------------------------------------

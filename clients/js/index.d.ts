@@ -283,7 +283,28 @@ export interface ClientStats {
   batchesResent: number;
   reconnects: number;
   unacked: number;
+  actsSent: number;
+  actRowsSent: number;
+  episodesInterrupted: number;
 }
+export interface ActRow {
+  env: number;
+  obs: ArrayLike<number>;
+  reward: number;
+  start: boolean;
+  terminated: boolean;
+  truncated: boolean;
+}
+export interface ActionsReply {
+  env: number[];
+  actions: NdArray;
+  weightsSeqNo: number;
+  /** Envs whose open episode a dropped connection closed, started again by this call's rows. */
+  interrupted: number[];
+}
+export declare const MAX_ENV_ID: number;
+export declare function makeAct(rows: ActRow[], obsShape: readonly number[]): Message;
+export declare function readActions(message: Message, expected: readonly number[]): Omit<ActionsReply, "interrupted">;
 export interface WeightsUpdate {
   weights: WeightSet;
   wantSteps: number | null;
@@ -305,12 +326,16 @@ export declare class Client {
   getState(): Promise<WeightsUpdate>;
   sendEpisodes(episodes: Record<string, unknown>[]): Promise<number | null>;
   sendEpisodesAndGetState(episodes: Record<string, unknown>[]): Promise<WeightsUpdate>;
+  /** Served actions: offer "served_actions" in `extensions`. */
+  act(rows: ActRow[], obsShape: readonly number[]): Promise<ActionsReply>;
   flush(): Promise<void>;
   stop(): void;
   close(): void;
 }
 
 export interface EnvClientOptions extends ClientOptions {
+  /** "auto" (default): the policy runs here when this client can run the module, else the runner computes the actions. */
+  inference?: "auto" | "local" | "served";
   numEnvs?: number;
   /** null: as the runner's algorithm says. */
   onPolicy?: boolean | null;
@@ -339,6 +364,7 @@ export declare class EnvClient {
   readonly client: Client;
   readonly config: RunnerConfig | null;
   readonly policy: LocalPolicy | null;
+  readonly mode: "local" | "served" | null;
   readonly onPolicy: boolean;
   readonly address: Address;
   readonly running: boolean;

@@ -16,7 +16,7 @@
 
 import { parseArgs } from "node:util";
 
-import { ClientClosed, EnvClient, ProtocolError, RLinksError, ServerError } from "rlinks-client";
+import { ClientClosed, EnvClient, NotAgreed, ProtocolError, RLinksError, ServerError } from "rlinks-client";
 import { CartPole } from "./cartpole_env.js";
 
 const USAGE = `usage: node cartpole.mjs [options]
@@ -34,6 +34,8 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --shutdown-grace S     after the learner's shutting_down, how long to try to
                          reconnect before ending (default 30)
   --off-policy           send batches without waiting for new weights
+  --served-actions       the learner computes the actions (served_actions): send
+                         observations, get actions; no network here
   --secret-file PATH     shared secret for an authenticating learner (or set RLINKS_SECRET)
 `;
 
@@ -48,6 +50,7 @@ const { values: args } = parseArgs({
     unreliable: { type: "boolean", default: false },
     "shutdown-grace": { type: "string", default: "30" },
     "off-policy": { type: "boolean", default: false },
+    "served-actions": { type: "boolean", default: false },
     "secret-file": { type: "string" },
     help: { type: "boolean", default: false },
   },
@@ -85,6 +88,7 @@ const client = new EnvClient(args.address, {
   reliable: !args.unreliable,
   shutdownGraceMs: 1000 * Number(args["shutdown-grace"]),
   onPolicy: args["off-policy"] ? false : null,
+  inference: args["served-actions"] ? "served" : "auto",
   secret: await readSecret(),
   warn: (text) => console.error(`cartpole: WARNING: ${text}`),
 });
@@ -94,7 +98,7 @@ process.on("SIGINT", () => client.stop());
 try {
   await client.connect();
   console.error(`cartpole: connected to ${client.address} (${client.client.plainRllib ? "plain RLlink" : client.client.serverAgent}); ` +
-    `${numEnvs} env(s), ${client.onPolicy ? "on-policy" : "off-policy"} batches`);
+    `${numEnvs} env(s), ${client.mode === "served" ? "actions served by the learner" : client.onPolicy ? "on-policy batches" : "off-policy batches"}`);
   const envs = Array.from({ length: numEnvs }, (_, i) => new CartPole(seed + i));
   const obs = envs.map((env) => env.reset());
   const returns = new Array(numEnvs).fill(0);
@@ -122,6 +126,11 @@ try {
   if (ending === "stopped") console.error("cartpole: stopped");
   printSummary(client.stats);
 } catch (error) {
+  if (error instanceof NotAgreed) {
+    console.error(`cartpole: the learner does not serve actions: ${error.message}; run without --served-actions`);
+    printSummary(client.stats);
+    process.exit(3);
+  }
   if (error instanceof ServerError) console.error(`cartpole: the learner refused us: ${error.code}: ${error.text}`);
   else if (error instanceof ProtocolError) console.error(`cartpole: protocol error (${error.code}): ${error.message}`);
   else if (error instanceof ClientClosed) console.error("cartpole: stopped");

@@ -19,13 +19,15 @@ import { parseAddress, makeAddress } from "./address.js";
 import { normalizeSecret, NONCE_KEY, proof, randomNonce, sameProof, serverNonce } from "./auth.js";
 import { episodeSteps } from "./episodes.js";
 import {
-  AuthFailed, ClientClosed, ConnectFailed, ConnectionLost, ErrorCode, ProtocolError, ServerError, Timeout,
-  UnexpectedMessage, UsageError,
+  AuthFailed, ClientClosed, ConnectFailed, ConnectionLost, ErrorCode, InvalidMessage, NotAgreed, ProtocolError,
+  ServerError, Timeout, UnexpectedMessage, UsageError,
 } from "./errors.js";
 import { Extension, makeOffer, negotiate, parseOffer } from "./extensions.js";
 import { encodeMessageBody } from "./framing.js";
 import { DEFAULT_MAX_FRAME_BYTES } from "./limits.js";
 import { makeMessage, MessageType } from "./messages.js";
+import { NdArray } from "./ndarray.js";
+import { makeAct, readActions, wantsAction } from "./served.js";
 import { openTransport } from "./transport.js";
 import { readWeightSet } from "./weights.js";
 
@@ -35,7 +37,7 @@ const MAX_SERVER_TEXT_CHARS = 4096;
 const DIRECTORY_ROLE = "directory";
 /** What a client offers unless told otherwise (`auth` is added when there is a secret). */
 export const DEFAULT_EXTENSIONS = Object.freeze([Extension.WANT_STEPS, Extension.ACK, Extension.ENDPOINTS]);
-const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS]);
+const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS]);
 
 const DEFAULTS = {
   timeoutMs: 30_000,
@@ -104,7 +106,16 @@ export class Client {
     this._nextSeq = 1;
     this._pending = [];
     this._awaitingState = null;
-    this._counters = { batchesSent: 0, stepsSent: 0, batchesAcked: 0, stepsAcked: 0, batchesResent: 0, reconnects: 0 };
+    this._counters = {
+      batchesSent: 0, stepsSent: 0, batchesAcked: 0, stepsAcked: 0, batchesResent: 0, reconnects: 0,
+      actsSent: 0, actRowsSent: 0, episodesInterrupted: 0,
+    };
+    // served_actions: the envs with an episode open on the runner, as of connection `_openGeneration`,
+    // and those whose open episode a dropped connection closed (started again by their next row).
+    this._openEnvs = new Set();
+    this._lostEnvs = new Set();
+    this._openGeneration = 0;
+    this._actionsSeqNo = 0;
   }
 
   /** Whether the server agreed to `extension` on the current connection. */
@@ -195,6 +206,95 @@ export class Client {
       }
     });
     return this._weightsUpdate(reply);
+  }
+
+  /**
+   * Served actions (PROTOCOL.md 10.5; offer "served_actions" in `extensions`): one ACT with `rows`, and the
+   * ACTIONS for it: `{env, actions, weightsSeqNo, interrupted}`, one action per row that wants one, in row order.
+   *
+   * An env's first row must be a start row, and so must its first row after an ending one. When the
+   * connection drops the runner closes every open episode of this client; on the next connection each
+   * such env starts again (its next row goes as a start row, an ending row for it is left out), and
+   * `interrupted` names those envs.
+   *
+   * @param {import("./served.js").ActRow[]} rows
+   * @param {number[]} obsShape the shape of one observation
+   * @throws {NotAgreed} the server does not serve actions; the errors of the other calls
+   */
+  async act(rows, obsShape) {
+    if (!this.options.extensions.includes(Extension.SERVED_ACTIONS)) {
+      throw new UsageError('act() needs the served_actions extension: add "served_actions" to the extensions option');
+    }
+    makeAct(rows, obsShape);
+    // The caller's mistakes are found here, before anything is sent: a reconnect only moves envs
+    // from open to lost, which the plan treats alike but for the rewriting.
+    this._planAct(rows, this._openEnvs, this._lostEnvs);
+    return this._call("act", async () => {
+      this._drain();
+      if (!this._agreed.has(Extension.SERVED_ACTIONS)) {
+        throw new NotAgreed(
+          `${this.address} did not agree to served_actions: it does not compute actions for its clients ` +
+            `(${this.plainRllib ? "plain RLlink" : `agent '${this.serverAgent}'`}); run the policy locally and send episodes instead`,
+        );
+      }
+      if (this._openGeneration !== this._generation) {
+        // A new connection: the runner closed every episode open on the old one.
+        for (const env of this._openEnvs) this._lostEnvs.add(env);
+        this._openEnvs = new Set();
+        this._openGeneration = this._generation;
+      }
+      const plan = this._planAct(rows, this._openEnvs, this._lostEnvs);
+      let reply = { env: [], actions: NdArray.from(new BigInt64Array(0)), weightsSeqNo: this._actionsSeqNo };
+      if (plan.rows.length) {
+        await this._sendMessage(makeAct(plan.rows, obsShape), "ACT");
+        const message = await this._await(
+          MessageType.ACTIONS,
+          "ACTIONS (after our ACT)",
+          "; on-policy, once the runner has its share of the update this includes the learner's training step: raise timeoutMs if it takes longer",
+        );
+        try {
+          reply = readActions(message, plan.wanting);
+        } catch (error) {
+          if (!(error instanceof ProtocolError)) throw error;
+          throw new InvalidMessage(`${this.address} answered our ACT wrongly: ${error.message}`, error.code);
+        }
+        this._counters.actsSent++;
+        this._counters.actRowsSent += plan.rows.length;
+        this._actionsSeqNo = reply.weightsSeqNo;
+      }
+      this._counters.episodesInterrupted += plan.interrupted.length;
+      this._openEnvs = plan.openAfter;
+      this._lostEnvs = plan.lostAfter;
+      return { ...reply, interrupted: plan.interrupted };
+    });
+  }
+
+  /** What to send for `rows` when the runner has episodes open for `open` and closed those of `lost` when a connection dropped. */
+  _planAct(rows, open, lost) {
+    const openAfter = new Set(open);
+    const lostAfter = new Set(lost);
+    const kept = [];
+    const wanting = [];
+    const interrupted = [];
+    rows.forEach((row, i) => {
+      let start = Boolean(row.start);
+      if (lostAfter.delete(row.env)) {
+        // Its episode was closed when a connection dropped: start it again here,
+        // or leave out the row that would have ended it.
+        interrupted.push(row.env);
+        if (!start && !wantsAction(row)) return;
+        start = true;
+      } else if (!start && !openAfter.has(row.env)) {
+        throw new UsageError(
+          `ACT row ${i}: env ${row.env} has no open episode (its first row, and its first row after one that ends its episode, must be a start row)`,
+        );
+      }
+      if (start) openAfter.add(row.env);
+      if (wantsAction(row)) wanting.push(row.env);
+      else openAfter.delete(row.env);
+      kept.push(start === row.start ? row : { ...row, start });
+    });
+    return { rows: kept, wanting, interrupted, openAfter, lostAfter };
   }
 
   /** Wait until every batch sent is acknowledged (nothing to do without `ack`). */

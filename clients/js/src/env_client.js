@@ -29,15 +29,22 @@
  * out of order or of the wrong size).
  */
 
-import { Client } from "./client.js";
+import { Client, DEFAULT_EXTENSIONS } from "./client.js";
 import { BoxSpace, DiscreteSpace, readActionSpace, readRunnerConfig } from "./config.js";
 import { EpisodeBuilder } from "./episodes.js";
-import { ClientClosed, ErrorCode, ServerError, TrainingEnded, UnsupportedModel, UsageError } from "./errors.js";
+import { ClientClosed, ErrorCode, NotAgreed, ServerError, TrainingEnded, UnsupportedModel, UsageError } from "./errors.js";
+import { Extension } from "./extensions.js";
 import { LocalPolicy } from "./policy.js";
+import { ServedInference } from "./served_inference.js";
 
 const RETURNS_KEPT = 100;
 
+const INFERENCE = ["auto", "local", "served"];
+
 const DEFAULTS = {
+  /** Where the actions come from: "auto" runs the policy here when this client can (RLlib's default MLP),
+   * and asks the runner otherwise; "local"; "served" (the runner computes them, PROTOCOL.md 10.5). */
+  inference: "auto",
   /** Envs stepped by this client, ids 0..numEnvs-1. */
   numEnvs: 1,
   /** null: as the runner's algorithm says (PPO yes, APPO no). */
@@ -70,12 +77,17 @@ export class EnvClient {
    *   `reliable` defaults to true and `timeoutMs` to 120 s here
    */
   constructor(address, options = {}) {
-    const { numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
+    const { inference, numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
       rolloutFragmentLength, fcnetActivation, headFcnetActivation, ...connection } = { ...DEFAULTS, ...options };
     if (!(Number.isInteger(numEnvs) && numEnvs >= 1)) throw new UsageError("numEnvs must be an int >= 1");
-    this.options = { numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
+    if (!INFERENCE.includes(inference)) throw new UsageError(`inference must be one of ${INFERENCE.join(", ")}, got ${inference}`);
+    this.options = { inference, numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
       rolloutFragmentLength, fcnetActivation, headFcnetActivation };
-    this.client = new Client(address, { reliable: true, timeoutMs: 120_000, ...connection });
+    const extensions = inference === "local" ? DEFAULT_EXTENSIONS : [...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS];
+    this.client = new Client(address, { reliable: true, timeoutMs: 120_000, extensions, ...connection });
+    /** "local" (the policy runs here) or "served" (the runner computes the actions), once connected. */
+    this.mode = null;
+    this.served = null;
     /** The runner's description (null: RLlib's own server), once connected. */
     this.config = null;
     this.policy = null;
@@ -84,6 +96,7 @@ export class EnvClient {
     this._lastObs = new Array(numEnvs).fill(null);
     this._taken = new Array(numEnvs).fill(null);
     this._returns = new Array(numEnvs).fill(0);
+    this._episodeSteps = new Array(numEnvs).fill(0);
     this._wantSteps = 0;
     this._lastWeightsAt = 0;
     this._ready = null;
@@ -99,7 +112,7 @@ export class EnvClient {
     return {
       ...this._counters,
       meanReturn: n ? this._recentReturns.reduce((a, b) => a + b, 0) / n : NaN,
-      weightsSeqNo: this.policy?.seqNo ?? 0,
+      weightsSeqNo: this.served?.seqNo ?? this.policy?.seqNo ?? 0,
       delivery: this.client.stats,
     };
   }
@@ -147,12 +160,18 @@ export class EnvClient {
       await this._setup();
       this._checkEnv(env);
       if (this._taken[env] !== null) throw new UsageError(`act() for env ${env} twice without report() between`);
+      if (this.mode === "served") {
+        this._checkContinues(env, obs);
+        const action = await this.served.act(env, Float32Array.from(obs));
+        this._taken[env] = true;
+        return action;
+      }
       const builder = this._builders[env];
       if (!builder.running) {
         builder.reset(obs);
         this._returns[env] = 0;
-      } else if (!sameObservation(obs, this._lastObs[env])) {
-        throw new UsageError(`act(obs) for env ${env}: obs is not the observation its last report() gave; call startEpisode(obs) to start a new episode there`);
+      } else {
+        this._checkContinues(env, obs);
       }
       this._lastObs[env] = Float32Array.from(obs);
       const taken = this.policy.act(obs);
@@ -171,13 +190,16 @@ export class EnvClient {
       this._checkEnv(env);
       const taken = this._taken[env];
       if (taken === null) throw new UsageError(`report() for env ${env} without its act() first`);
-      this._builders[env].step(taken, Number(reward), nextObs, terminated, truncated);
+      if (!Number.isFinite(Number(reward))) throw new UsageError(`a reward must be a finite number, got ${reward}`);
+      if (this.mode === "served") this.served.report(env, Number(reward), nextObs, terminated, truncated);
+      else this._builders[env].step(taken, Number(reward), nextObs, terminated, truncated);
       this._taken[env] = null;
-      this._lastObs[env] = Float32Array.from(nextObs);
+      this._lastObs[env] = terminated || truncated ? null : Float32Array.from(nextObs);
       this._counters.steps++;
+      this._episodeSteps[env]++;
       this._returns[env] += Number(reward);
       if (terminated || truncated) this._episodeEnded(env);
-      await this._pace();
+      if (this.mode === "local") await this._pace();
     });
   }
 
@@ -186,11 +208,12 @@ export class EnvClient {
     return this._guarded(async () => {
       await this._setup();
       this._checkEnv(env);
-      if (this._builders[env].running && this._builders[env].steps > 0) this._episodeEnded(env);
-      this._builders[env].reset(obs);
+      if (this._episodeSteps[env] > 0) this._episodeEnded(env);
+      if (this.mode === "served") this.served.end(env);
+      else this._builders[env].reset(obs);
       this._taken[env] = null;
       this._returns[env] = 0;
-      this._lastObs[env] = Float32Array.from(obs);
+      this._lastObs[env] = this.mode === "served" ? null : Float32Array.from(obs);
     });
   }
 
@@ -199,9 +222,11 @@ export class EnvClient {
     return this._guarded(async () => {
       await this._setup();
       this._checkEnv(env);
-      if (this._builders[env].running && this._builders[env].steps > 0) this._episodeEnded(env);
-      this._builders[env].truncate();
+      if (this._episodeSteps[env] > 0) this._episodeEnded(env);
+      if (this.mode === "served") this.served.end(env);
+      else this._builders[env].truncate();
       this._taken[env] = null;
+      this._lastObs[env] = null;
     });
   }
 
@@ -209,7 +234,7 @@ export class EnvClient {
   async refreshWeights() {
     return this._guarded(async () => {
       await this._setup();
-      await this._fetchWeights();
+      if (this.mode === "local") await this._fetchWeights();
     });
   }
 
@@ -225,7 +250,10 @@ export class EnvClient {
   async close({ flush = true } = {}) {
     if (this._closed) return;
     try {
-      if (flush && this._ready !== null && !this._ended && !this.client.stopped && !this.onPolicy) {
+      if (flush && this.mode === "served" && !this._ended && !this.client.stopped) {
+        await this.served.close(true);
+        await this.client.flush();
+      } else if (flush && this._ready !== null && !this._ended && !this.client.stopped && !this.onPolicy) {
         const chunks = this._takeChunks();
         if (chunks.length) await this.client.sendEpisodes(chunks);
         await this.client.flush();
@@ -265,41 +293,80 @@ export class EnvClient {
 
   async _connectAndBuild() {
     const o = this.options;
+    await this.client.connect();
+    if (o.inference === "served") this._checkServed(); // before asking anything of a runner that can't
     this.config = readRunnerConfig(await this.client.getConfig());
-    let space;
-    let activation = o.fcnetActivation;
-    let headActivation = o.headFcnetActivation;
-    let fragment = o.rolloutFragmentLength;
     if (this.config !== null) {
-      space = readActionSpace(this.config.actionSpace);
-      if (space === null) throw new UnsupportedModel(`this client can't act in the runner's action space ${JSON.stringify(this.config.actionSpace?.kind)}`);
-      activation = this.config.fcnetActivation;
-      headActivation = this.config.headFcnetActivation;
-      fragment = this.config.rolloutFragmentLength;
+      this._space = readActionSpace(this.config.actionSpace);
       this.onPolicy = o.onPolicy ?? this.config.onPolicy;
+      this._fragment = this.config.rolloutFragmentLength;
     } else {
-      if (o.actionSpace === null) {
-        throw new UsageError(`${this.client.address} describes itself only as RLlib's pickle: give the actionSpace (and rolloutFragmentLength, fcnetActivation) options`);
-      }
-      space = o.actionSpace instanceof DiscreteSpace || o.actionSpace instanceof BoxSpace ? o.actionSpace : readActionSpace(o.actionSpace);
+      const given = o.actionSpace;
+      this._space = given === null || given instanceof DiscreteSpace || given instanceof BoxSpace ? given : readActionSpace(given);
       this.onPolicy = o.onPolicy ?? true;
+      this._fragment = o.rolloutFragmentLength;
     }
-    this._fragment = fragment;
+    if (o.inference !== "served") {
+      try {
+        await this._buildLocal();
+        this.mode = "local";
+        return;
+      } catch (error) {
+        if (!(error instanceof UnsupportedModel) || o.inference === "local") throw error;
+        this.client.options.warn(`${error.message}; the runner computes the actions`);
+      }
+    }
+    this._buildServed();
+    this.mode = "served";
+  }
+
+  async _buildLocal() {
+    const o = this.options;
+    const space = this._space;
+    if (space === null && this.config === null) {
+      throw new UsageError(`${this.client.address} describes itself only as RLlib's pickle: give the actionSpace (and rolloutFragmentLength, fcnetActivation) options`);
+    }
+    if (space === null) throw new UnsupportedModel(`this client can't act in the runner's action space (kind ${JSON.stringify(this.config.actionSpace?.kind)})`);
     const update = await this.client.getState();
     this.policy = new LocalPolicy(update.weights, {
-      space, fcnetActivation: activation, headFcnetActivation: headActivation, explore: o.explore, seed: o.seed,
-      normalizeActions: o.normalizeActions, clipActions: o.clipActions,
+      space,
+      fcnetActivation: this.config?.fcnetActivation ?? o.fcnetActivation,
+      headFcnetActivation: this.config?.headFcnetActivation ?? o.headFcnetActivation,
+      explore: o.explore, seed: o.seed, normalizeActions: o.normalizeActions, clipActions: o.clipActions,
     });
     if (this.config?.observationSize != null && this.config.observationSize !== this.policy.observationSize) {
       throw new UnsupportedModel(`the module takes ${this.policy.observationSize} inputs but the observation space has ${this.config.observationSize} numbers`);
     }
-    this._wantSteps = update.wantSteps ?? fragment;
+    this._wantSteps = update.wantSteps ?? this._fragment;
     this._lastWeightsAt = Date.now();
     this._builders = Array.from({ length: o.numEnvs }, () => new EpisodeBuilder({
       observationSize: this.policy.observationSize,
       boxActionShape: space.kind === "box" ? [...space.shape] : null,
       distInputsSize: this.policy.network.outputSize,
     }));
+  }
+
+  _buildServed() {
+    this._checkServed();
+    const observation = this.config?.observationSpace;
+    if (observation?.kind !== "box") throw new UnsupportedModel("served actions from this client need a Box observation space");
+    this.served = new ServedInference(this.client, observation.shape, this._space, this.options.numEnvs, this.client.options.warn);
+  }
+
+  _checkServed() {
+    if (!this.client.agreed(Extension.SERVED_ACTIONS)) {
+      throw new NotAgreed(
+        `${this.client.address} did not agree to served_actions: it does not compute actions for its clients ` +
+          `(${this.client.plainRllib ? "plain RLlink" : `agent '${this.client.serverAgent}'`})` +
+          (this.options.inference === "served" ? "; run the policy locally (inference 'auto')" : ""),
+      );
+    }
+  }
+
+  _checkContinues(env, obs) {
+    if (this._lastObs[env] !== null && !sameObservation(obs, this._lastObs[env])) {
+      throw new UsageError(`act(obs) for env ${env}: obs is not the observation its last report() gave; call startEpisode(obs) to start a new episode there`);
+    }
   }
 
   _checkEnv(env) {
@@ -309,6 +376,7 @@ export class EnvClient {
   }
 
   _episodeEnded(env) {
+    this._episodeSteps[env] = 0;
     this._counters.episodes++;
     this._recentReturns.push(this._returns[env]);
     if (this._recentReturns.length > RETURNS_KEPT) this._recentReturns.shift();

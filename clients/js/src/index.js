@@ -17,4 +17,5 @@ export { Complex, NdArray } from "./ndarray.js";
 export { LocalPolicy } from "./policy.js";
 export { actionForEnv, categoricalLogp, gaussianLogp, Random } from "./sampling.js";
 export { openTransport, Transport } from "./transport.js";
+export { makeAct, MAX_ENV_ID, readActions } from "./served.js";
 export { readWeightSet } from "./weights.js";
