@@ -42,16 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     n_steps = max(args.batch // env.num_envs, 2)
     model = PPO("MultiInputPolicy", env, n_steps=n_steps, batch_size=64, n_epochs=10, device="cpu",
                 policy_kwargs={"net_arch": [64, 64], "activation_fn": torch.nn.Tanh}, verbose=0)
-    deadline = time.monotonic() + args.seconds
     if args.mode == "paused":
         obs = env.reset()
+        deadline = time.monotonic() + args.seconds
         while time.monotonic() < deadline:
             action, _ = model.predict(obs)
             obs, _, _, _ = env.step(action)
     else:
         class StopAtDeadline(BaseCallback):
+            """Ends ``learn`` ``--seconds`` after it started collecting (its set-up takes seconds of its own)."""
+
+            def _on_training_start(self) -> None:
+                self.deadline = time.monotonic() + args.seconds
+
             def _on_step(self) -> bool:
-                return time.monotonic() < deadline
+                return time.monotonic() < self.deadline
 
         model.learn(total_timesteps=10**9, callback=StopAtDeadline())
     env.close()

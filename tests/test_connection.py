@@ -1148,6 +1148,8 @@ VALID_VECTORS = [
     # Without served_actions agreed (these setups don't offer it); with it: test_served_actions_vector.
     ("valid_served_actions", [0], "server READY", lambda m: [UNSUPPORTED]),
     ("valid_served_actions", [1], "client READY", lambda m: [UNEXPECTED]),
+    ("valid_served_taken", [0], "server READY", lambda m: [UNSUPPORTED]),
+    ("valid_served_taken", [1], "client READY", lambda m: [UNEXPECTED]),
     # Multi-agent chunks are plain episodes to the connection; the runner's ingest reads them.
     ("valid_episodes_multi_agent", None, "server READY", _episodes(True)),
     ("valid_episodes_multi_agent_rllib", None, "server READY", _episodes(False)),
@@ -1203,6 +1205,33 @@ def test_served_actions_vector():
     [reply] = events(c)
     assert isinstance(reply, ActionsReceived) and reply.env == [0, 4] and reply.weights_seq_no == 3
     assert list(reply.actions) == [1, 0] and c.state is State.READY
+
+
+def test_served_taken_vector():
+    """With served_taken agreed the ACT's own actions and train flags arrive as columns; without, it is refused."""
+    spec, data = vector("valid_served_taken")
+    act_frame, actions_frame = split_frames(data)
+    taken = EXT + ("served_actions", "served_taken")
+    c, s = connect(client(extensions=taken), server(extensions=taken))
+    s.receive_data(act_frame)
+    [event] = events(s)
+    rows = event.rows
+    assert rows.taken_mask.tolist() == [False, True, False] and list(rows.taken) == [0, 1, 0]
+    assert rows.train.tolist() == [True, True, False]
+    c.send_act(rows.env, rows.obs, rows.reward, rows.start, rows.terminated, rows.truncated,
+               taken_mask=rows.taken_mask, taken=np.asarray(rows.taken), train=rows.train)
+    assert b"".join(bytes(p) for p in c.data_to_send()) == act_frame  # the client encodes it byte for byte
+    c.receive_data(actions_frame)
+    [reply] = events(c)
+    assert list(reply.actions) == [0, 1, 1] and c.state is State.READY
+    # Agreed to served_actions alone: the columns are refused on both sides.
+    served = EXT + ("served_actions",)
+    c, s = connect(client(extensions=served), server(extensions=served))
+    with pytest.raises(LocalProtocolError, match="served_taken"):
+        c.send_act(rows.env, rows.obs, rows.reward, rows.start, rows.terminated, rows.truncated, train=rows.train)
+    s.receive_data(act_frame)
+    with pytest.raises(UnsupportedMessage, match="served_taken"):
+        events(s)
 
 
 def outcome_of(conn: Connection, chunks) -> list:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from peers import ABORT, HANDLED, TEST_CONFIG, RLinkTestServer
-from rlinks_rllib.client import EnvClient, PolicyClient
+from rlinks_rllib.client import EnvClient, NotAgreed, PolicyClient
 from rlinks_rllib.client.sampling import log_prob
 from rlinks_rllib.protocol.episodes import ACTIONS, OBSERVATIONS, REWARDS
 from rlinks_rllib.protocol.weights import build_state
@@ -172,7 +172,7 @@ def test_served_rows_end_and_start_episodes_in_one_act_and_close_ends_the_rest(r
         client.report([1.0, 2.0], obs + 1, [True, False], False)
         client.act(obs + 1)  # env 0: an ending row, then a start row; env 1 goes on
         client.report([3.0, 4.0], obs + 2, False, False)
-        with pytest.raises(ValueError, match="inference='local'"):
+        with pytest.raises(NotAgreed, match="did not agree to served_taken"):
             client.log_action(obs + 2, [0, 0])
     first, second, last = [m for _, m in server.messages if m["type"] == "ACT"]
     assert first["start"].tolist() == [True, True]
@@ -180,6 +180,20 @@ def test_served_rows_end_and_start_episodes_in_one_act_and_close_ends_the_rest(r
     assert second["terminated"].tolist() == [True, False, False] and second["reward"].tolist() == [1.0, 0.0, 2.0]
     assert last["env"] == [0, 1] and last["truncated"].tolist() == [True, True]
     assert last["reward"].tolist() == [3.0, 4.0]
+
+
+def test_served_log_action_and_untrained_episodes_go_as_served_taken_columns(runner):
+    server = runner(on_message=answer_acts(), extensions=("want_steps", "ack", "served_actions", "served_taken"))
+    with EnvClient(server.address, num_envs=2, inference="served", **FAST) as client:
+        obs = np.zeros((2, 4), np.float32)
+        client.start_episode(obs[1:], env=[1], train=False)
+        client.act(obs)
+        client.report([1.0, 1.0], obs + 1, [True, False], False)
+        client.log_action(obs + 1, [0, 1])  # env 0: an ending row first, then the taken rows
+    first, second = [m for _, m in server.messages if m["type"] == "ACT"][:2]
+    assert "taken_mask" not in first and first["train"].tolist() == [True, False]
+    assert second["env"] == [0, 0, 1] and second["taken_mask"].tolist() == [False, True, True]
+    assert np.asarray(second["taken"])[1:].tolist() == [0, 1] and second["train"].tolist() == [True, True, False]
 
 
 def test_the_learners_end_ends_the_with_block_quietly(runner):

@@ -71,8 +71,8 @@ class ServedClient:
                 data = self.sock.recv(1 << 16)
                 self.conn.receive_data(data) if data else self.conn.receive_eof()
 
-    def act(self, env, obs, reward, start, terminated, truncated) -> ActionsReceived:
-        self.conn.send_act(env, obs, reward, start, terminated, truncated)
+    def act(self, env, obs, reward, start, terminated, truncated, **taken) -> ActionsReceived:
+        self.conn.send_act(env, obs, reward, start, terminated, truncated, **taken)
         event = self.next_event()
         assert isinstance(event, ActionsReceived), event
         return event
@@ -380,6 +380,50 @@ def test_box_actions_reach_the_client_unsquashed_and_the_episode_as_sampled(loca
     assert len(episode) == 20 and raw.shape == (20, 1)
     np.testing.assert_allclose(np.asarray(sent), np.clip(-2.0 + (raw + 1.0) * 2.0, -2.0, 2.0), rtol=1e-6)
     assert np.asarray(episode.get_extra_model_outputs("action_dist_inputs")).shape == (20, 2)  # mean, log std
+
+
+def test_actions_the_simulator_took_are_recorded_and_untrained_episodes_never_arrive(local_runner):
+    """served_taken: env 0 takes every other action itself (one past the Box's bound); env 1 is not trained on."""
+    import gymnasium as gym
+
+    from rlinks_rllib.client.action_spaces import BoxSpace
+    from rlinks_rllib.client.sampling import log_prob
+
+    spaces = (gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
+    runner = local_runner(train_batch=400, spaces=spaces)
+    client = ServedClient(runner.address, extensions=(*EXTENSIONS, "served_taken"))
+    assert "served_taken" in client.handshake.extensions
+    rng = np.random.default_rng(4)
+    both, train = np.array([True, True]), [True, False]
+    answer = client.act([0, 1], rng.normal(size=(2, 3)), [0.0, 0.0], both, ~both, ~both, train=train)
+    sent, mine = [], []
+    for t in range(20):
+        sent.append(float(answer.actions[0, 0]))
+        own = t % 2 == 1
+        taken = np.array([[3.0 if t == 5 else 1.5], [0.0]], np.float32)
+        answer = client.act([0, 1], rng.normal(size=(2, 3)), [-1.0, -1.0], ~both, ~both, ~both,
+                            taken_mask=[own, False], taken=taken, train=train)
+        if own:
+            mine += [t + 1] if t + 1 < 20 else []  # the answer is step t + 1's action; step 20 never completes
+            assert answer.actions[0, 0] == (2.0 if t == 5 else 1.5)  # answered with itself, clipped to the Box
+    (episode,) = runner.sample()  # env 1's steps never arrive
+    client.close()
+    raw = np.asarray(episode.get_actions())[:, 0]
+    assert len(episode) == 20 and runner.get_transport_stats()["served_steps"] == 20
+    # Recorded in the form RLlib trains on: squashed back into [-1, 1] from the env's bounds.
+    np.testing.assert_allclose(raw[mine], [(1.0 if t == 6 else 0.75) for t in mine], rtol=1e-6)
+    np.testing.assert_allclose(np.clip(-2.0 + (raw + 1.0) * 2.0, -2.0, 2.0), sent, rtol=1e-5, atol=1e-6)
+    dist = np.asarray(episode.get_extra_model_outputs("action_dist_inputs"))
+    logp = np.asarray(episode.get_extra_model_outputs("action_logp"))
+    expected = log_prob(BoxSpace((1,), -2.0, 2.0), dist[mine], raw[mine][:, None])
+    np.testing.assert_allclose(logp[mine], expected, rtol=1e-5)
+    # A taken action that is no action: refused whole, before anything is recorded.
+    client = ServedClient(runner.address, extensions=(*EXTENSIONS, "served_taken"))
+    with pytest.raises(ServedError, match="NaN") as info:
+        client.act([0], np.zeros((1, 3), np.float32), [0.0], [True], [False], [False], taken_mask=[True],
+                   taken=np.full((1, 1), np.nan, np.float32))
+    assert info.value.code == "bad_episode"
+    client.close()
 
 
 def _good_start(client: ServedClient, n: int = 1, steps: int = 0) -> None:

@@ -125,6 +125,7 @@ __all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAU
 #: ``served_actions`` costs nothing: a runner that can't serve does not agree.
 DEFAULT_EXTENSIONS = (
     Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value, Extension.SERVED_ACTIONS.value,
+    Extension.SERVED_TAKEN.value,
 )
 
 _ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
@@ -620,7 +621,8 @@ class RLinkClient:
 
         return _weights(self._run(what, op, job))
 
-    def act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any) -> ActionsReply:
+    def act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any, *,
+            taken_mask: Any = None, taken: Any = None, train: Any = None) -> ActionsReply:
         """Send observations and get the runner's actions (``served_actions``, PROTOCOL.md 10.5).
 
         Columns of one length ``k``, one row per env stepped now. A ``start``
@@ -644,6 +646,14 @@ class RLinkClient:
             obs: ``(k, *obs_shape)`` observations (an array, or a list of ``k``).
             reward: ``(k,)`` rewards of each env's last action (finite).
             start, terminated, truncated: ``(k,)`` booleans.
+            taken_mask, taken: ``served_taken``: ``(k,)`` booleans marking the
+                rows whose action the simulator takes itself, and ``(k, ...)``
+                those actions as the env applies them (other rows' entries are
+                ignored): recorded with the policy's log-probability of them,
+                and answered with themselves.
+            train: ``served_taken``: ``(k,)`` booleans, each row's episode is
+                trained on (read on ``start`` rows; give every row its env's
+                setting, so a start row rewritten after a reconnect keeps it).
 
         Returns:
             The actions for the rows that want one, in row order.
@@ -655,7 +665,8 @@ class RLinkClient:
                 row that is not a ``start`` row is for an env with no open
                 episode. Nothing is sent then.
             NotAgreed: the server did not agree to ``served_actions`` (RLlib's
-                own server, or a runner that can't serve this model).
+                own server, or a runner that can't serve this model), or to
+                ``served_taken`` when ``taken_mask`` or ``train`` is given.
             ServerTimeout: no ``ACTIONS`` within ``timeout``.
             ConnectFailed, ConnectionLost, ServerError, ProtocolViolation
             (an ``ACTIONS`` for the wrong envs), ClientClosed.
@@ -663,8 +674,13 @@ class RLinkClient:
         self._check_open()
         if Extension.SERVED_ACTIONS.value not in self.extensions:
             raise ValueError("act() needs the served_actions extension: offer it in `extensions`")
+        own = taken_mask is not None or train is not None
+        if own and Extension.SERVED_TAKEN.value not in self.extensions:
+            raise ValueError("act() with taken actions or untrained episodes needs the served_taken extension: "
+                             "offer it in `extensions`")
         try:
-            rows = read_act(act_message(env, obs, reward, start, terminated, truncated))
+            rows = read_act(act_message(env, obs, reward, start, terminated, truncated, taken_mask=taken_mask,
+                                        taken=taken, train=train))
         except InvalidMessage as exc:
             raise ValueError(f"act(): {exc}") from None
         # The caller's mistakes are found here, before anything is sent; a
@@ -675,12 +691,16 @@ class RLinkClient:
         # close a connection that is fine for everything else.
         if not self._run("act", self._serves_actions):
             raise self._not_agreed()
+        if own and not self._run("act", self._takes_own_actions):
+            raise self._not_agreed(Extension.SERVED_TAKEN)
 
         def op() -> ActionsReply:
             link = self._live()
             link.poll()
             if not self._serves_actions():  # a reconnect may have reached another runner
                 raise self._not_agreed()
+            if own and not self._takes_own_actions():
+                raise self._not_agreed(Extension.SERVED_TAKEN)
             if self._open_generation != self._generation:
                 # A new connection: the runner closed every episode open on the old one.
                 self._lost_envs |= self._open_envs
@@ -693,9 +713,12 @@ class RLinkClient:
             keep = plan.rows if plan.rows is not None else list(range(len(rows)))
             if keep:
                 sent_obs = rows.obs if plan.rows is None else _take(rows.obs, keep)
+                taken_rows = None if rows.taken_mask is None else _take(rows.taken, keep)
                 link.conn.send_act(
                     [rows.env[i] for i in keep], sent_obs, rows.reward[keep], plan.start,
                     rows.terminated[keep], rows.truncated[keep],
+                    taken_mask=None if rows.taken_mask is None else rows.taken_mask[keep], taken=taken_rows,
+                    train=None if rows.train is None else rows.train[keep],
                 )
                 link.write("ACT")
                 answer = link.wait_for(ActionsReceived, "ACTIONS (after our ACT)", hint=_ACT_HINT)
@@ -711,8 +734,14 @@ class RLinkClient:
     def _serves_actions(self) -> bool:
         return Extension.SERVED_ACTIONS.value in self._require_handshake().extensions
 
-    def _not_agreed(self) -> NotAgreed:
+    def _takes_own_actions(self) -> bool:
+        return Extension.SERVED_TAKEN.value in self._require_handshake().extensions
+
+    def _not_agreed(self, extension: Extension = Extension.SERVED_ACTIONS) -> NotAgreed:
         who = "plain RLlink (RLlib's own server)" if self.is_plain_rllib else f"agent {self.server_agent!r}"
+        if extension is Extension.SERVED_TAKEN:
+            return NotAgreed(f"{self.address} did not agree to served_taken: it records only the actions it "
+                             f"computes ({who}); run the policy locally to log your own actions", extension.value)
         return NotAgreed(
             f"{self.address} did not agree to served_actions: it does not compute actions for its clients "
             f"({who}); run the policy locally and send episodes instead",

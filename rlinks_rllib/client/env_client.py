@@ -308,10 +308,11 @@ class EnvClient:
         The step is recorded with the action as taken (back in the form RLlib
         trains on) and the policy's log-probability of it, as RLlib's old
         ``PolicyClient.log_action`` recorded it. Report its outcome as usual.
-        Local inference only.
+        Served, the runner records it so (``served_taken``).
 
         Raises:
-            ValueError: served inference, a multi-agent runner, or an action out of the space; as :meth:`act`.
+            ValueError: a multi-agent runner, or an action out of the space; as :meth:`act`.
+            NotAgreed: served, by a runner that records only its own actions.
         """
         taken = [action] if self._num_envs is None else list(action)
         self._act(obs, env, taken)
@@ -366,11 +367,8 @@ class EnvClient:
     def start_episode(self, obs: Any, env: Any = None, *, train: bool = True) -> None:
         """Start a new episode at ``obs`` (a running one ends as truncated); optional before :meth:`act`.
 
-        ``train=False``: the episode is played with the policy and never sent
-        (an evaluation, a demo); local inference only.
-
-        Raises:
-            ValueError: ``train=False`` with served inference.
+        ``train=False``: the episode is played with the policy and never
+        trained on (an evaluation, a demo); served, the runner records none of it.
         """
         engine = self._ready()
         envs, rows = self._rows(obs, env)

@@ -27,8 +27,8 @@ multi-agent forms take dicts by agent id. Episodes run side by side, each in
 an env slot of one :class:`EnvClient` (at most ``max_episodes`` at once).
 
 What differs: ``inference_mode="remote"`` is served actions (the runner
-computes each action), where ``log_action`` and ``training_enabled=False``
-are refused with the reason; ``update_interval`` is how often an
+computes each action, and records ``log_action``'s and skips untrained
+episodes itself: ``served_taken``); ``update_interval`` is how often an
 off-policy client fetches weights (on-policy, weights come with every
 update, as exactness needs); there is no HTTP: the address's port is the
 learner's RLlink port (``rlinks learner`` prints it).
@@ -99,9 +99,6 @@ class PolicyClient:
         if not self._free:
             raise ValueError(f"{len(self._episodes)} episodes are running, the most this client takes "
                              "(max_episodes=): end some first")
-        if not training_enabled and self.inference_mode == "remote":
-            raise ValueError("training_enabled=False needs inference_mode='local': "
-                             "the runner records every episode it serves")
         self._episodes[episode_id] = _Episode(self._free.pop(), bool(training_enabled))
         return episode_id
 
@@ -123,7 +120,8 @@ class PolicyClient:
         """Record ``action``, chosen by the simulator, at ``observation`` (with the policy's log-probability of it).
 
         Raises:
-            ValueError: ``inference_mode="remote"`` or a multi-agent runner (the message says why).
+            ValueError: a multi-agent runner (the message says why), or an action out of the space.
+            NotAgreed: ``inference_mode="remote"`` and the runner records only its own actions.
         """
         episode = self._step(episode_id, observation)
         self.env_client.log_action([observation], [action], env=[episode.env])

@@ -9,7 +9,9 @@ row in the same ``ACT``; an env with no episode sends a start row. Closing
 sends one last ``ACT`` that ends every episode where it stands (truncated),
 so the runner need not wait ``served_report_timeout_s`` to drop their last
 steps. Reconnects are handled by :meth:`RLinkClient.act` (an interrupted
-episode continues as a new one).
+episode continues as a new one). Actions the simulator takes itself
+(``log_action``) and episodes that are not trained on go as ``served_taken``
+columns (PROTOCOL.md 10.5.1).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class ServedInference:
         self._outcome: dict[int, tuple[float, Any]] = {}
         #: Ending rows not sent yet.
         self._endings = _Rows()
+        #: Envs whose episode is not trained on.
+        self._untrained: set[int] = set()
         self.weights_seq_no = 0
 
     def is_open(self, env: int) -> bool:
@@ -83,34 +87,48 @@ class ServedInference:
     def start(self, env: int, obs: Any, train: bool = True) -> None:
         """Begin an episode at ``obs``: the next :meth:`act` sends its start row (a running one is cut).
 
-        Raises:
-            ValueError: ``train=False``: the runner records every served episode.
+        ``train=False``: the runner serves its actions and records nothing of it.
         """
-        if not train:
-            raise ValueError("an episode that is not trained on needs inference='local': "
-                             "the runner records every episode it serves")
         self.end(env)
         self._open.add(env)
         self._outcome.pop(env, None)
+        if train:
+            self._untrained.discard(env)
+        else:
+            self._untrained.add(env)
 
     def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> np.ndarray:
         """One ``ACT`` with the rows of ``envs`` (plus the endings reported since the last one).
 
+        ``taken``: the actions the simulator takes itself for ``envs`` (as the
+        env applies them); the runner records them and answers with them.
+
         Raises:
-            ValueError: ``taken`` (actions the simulator chose): the runner records only its own.
-            TrainingEnded, NotAgreed, ServerTimeout, ConnectionLost, ...: from :meth:`RLinkClient.act`.
+            TrainingEnded, NotAgreed, ServerTimeout, ConnectionLost, ...: from :meth:`RLinkClient.act`
+                (NotAgreed for ``taken`` or an untrained episode when the runner does not speak ``served_taken``).
         """
-        if taken is not None:
-            raise ValueError("log_action() needs inference='local': a runner that serves actions "
-                             "records only the actions it chose")
-        call, self._endings = self._endings, _Rows()
+        # Nothing changes here until the runner answered: a refused call leaves the rows for the next one.
+        endings = self._endings
+        call = _Rows(*(list(column) for column in (endings.env, endings.obs, endings.reward, endings.start,
+                                                   endings.terminated, endings.truncated)))
         for env, obs in zip(envs, rows):
-            outcome = self._outcome.pop(env, None)
+            outcome = self._outcome.get(env)
             if outcome is None:
                 call.add(env, obs, start=True)
             else:
                 call.add(env, obs, outcome[0])
-        reply = self._client.call(self._client.raw.act, *call.columns())
+        endings = len(endings.env)
+        own: dict[str, Any] = {}
+        if taken is not None:
+            actions = [np.asarray(a) for a in taken]
+            own["taken_mask"] = np.arange(len(call.env)) >= endings
+            own["taken"] = np.stack([np.zeros_like(actions[0])] * endings + actions)
+        if self._untrained:
+            own["train"] = np.array([env not in self._untrained for env in call.env])
+        reply = self._client.call(self._client.raw.act, *call.columns(), **own)
+        self._endings = _Rows()
+        for env in envs:
+            self._outcome.pop(env, None)
         self.weights_seq_no = reply.weights_seq_no
         self._acting.update(envs)
         if reply.env == envs:

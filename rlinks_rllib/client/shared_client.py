@@ -34,8 +34,8 @@ class SharedClient:
         self.raw = client
         self._lock = threading.Lock()
 
-    def call(self, method: Callable[..., T], *args: Any) -> T:
-        """``method(*args)`` (an RLinkClient method) under the lock.
+    def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` (an RLinkClient method) under the lock.
 
         Raises:
             TrainingEnded: the learner said ``shutting_down`` (and, reliable,
@@ -44,7 +44,7 @@ class SharedClient:
         """
         with self._lock:
             try:
-                return method(*args)
+                return method(*args, **kwargs)
             except TrainingEnded:
                 raise
             except ServerError as exc:

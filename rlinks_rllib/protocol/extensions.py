@@ -52,6 +52,11 @@ class Extension(str, enum.Enum):
     #: The client sends observations (``ACT``) and the server answers with
     #: actions (``ACTIONS``): for a simulator that can't run the policy.
     SERVED_ACTIONS = "served_actions"
+    #: ``ACT`` rows may carry an action the simulator took itself (``taken``),
+    #: recorded with the policy's log-probability of it, and start episodes
+    #: that are never trained on (``train``): RLlib's old ``log_action`` and
+    #: ``training_enabled=False`` with served actions.
+    SERVED_TAKEN = "served_taken"
     #: ``SET_CONFIG``'s description carries ``policy_graph``: the runner's
     #: module as ONNX with its weights as inputs (PROTOCOL.md 8.1, 10.7).
     POLICY_GRAPH = "policy_graph"

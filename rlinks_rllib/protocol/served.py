@@ -2,22 +2,24 @@
 
 An ``ACT`` carries one row per env the client steps now, as columns of one
 length: the env ids, the observations, the reward of each env's last action,
-and whether the row starts an episode or ends one. :func:`read_act` checks
-the columns and returns them as arrays; what the observations must look
-like is the runner's business (it knows the space).
+and whether the row starts an episode or ends one; with ``served_taken``,
+the actions the simulator took itself and which episodes are not trained on.
+:func:`read_act` checks the columns and returns them as arrays; what the
+observations and taken actions must look like is the runner's business (it
+knows the spaces).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .errors import InvalidMessage
+from .errors import InvalidMessage, UnsupportedMessage
 from .messages import MessageType
 
-__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "read_act", "act_message", "actions_message", "read_actions"]
+__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "TAKEN_FIELDS", "read_act", "act_message", "actions_message", "read_actions"]
 
 #: Env ids are the client's names for its envs: 0 <= id <= MAX_ENV_ID.
 MAX_ENV_ID = 2**31 - 1
@@ -35,6 +37,12 @@ class ActRows:
         reward: float64 ``(k,)``: each env's reward for its last action.
         start: bool ``(k,)``: the row starts a new episode.
         terminated, truncated: bool ``(k,)``: the last action ended the episode.
+        taken_mask: ``served_taken``: bool ``(k,)``, the rows whose action the
+            simulator took itself (``None``: no row's).
+        taken: those actions, one per row as the env applied them (rows
+            outside ``taken_mask`` hold anything); ``None`` with ``taken_mask``.
+        train: ``served_taken``: bool ``(k,)``: read on ``start`` rows only;
+            ``False`` starts an episode that is never trained on (``None``: all are).
     """
 
     env: list[int]
@@ -43,6 +51,9 @@ class ActRows:
     start: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    taken_mask: Optional[np.ndarray] = None
+    taken: Any = None
+    train: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.env)
@@ -73,13 +84,20 @@ def _column(message: Mapping[str, Any], name: str, rows: int, dtype: Any) -> np.
     return column
 
 
-def read_act(message: Mapping[str, Any]) -> ActRows:
+#: The ``ACT`` fields of the ``served_taken`` extension.
+TAKEN_FIELDS = ("taken_mask", "taken", "train")
+
+
+def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True) -> ActRows:
     """Check an ``ACT``'s columns (its fields' types are checked by ``validate_message``).
 
     Raises:
         InvalidMessage: no rows, too many, columns of different lengths, an
             env id out of range, a non-boolean flag, a reward that is not a
-            finite number, or a row that both starts and ends an episode.
+            finite number, a row that both starts and ends an episode, or
+            (``served_taken``) ``taken_mask`` without ``taken`` or on a row
+            that wants no action.
+        UnsupportedMessage: a ``served_taken`` field and ``taken_agreed`` is false.
     """
     env = message["env"]
     rows = len(env)
@@ -97,7 +115,31 @@ def read_act(message: Mapping[str, Any]) -> ActRows:
     if np.any(start & (terminated | truncated)):
         row = int(np.argmax(start & (terminated | truncated)))
         raise InvalidMessage(f"ACT: row {row} (env {env[row]}) both starts and ends an episode")
-    return ActRows(list(env), obs, _column(message, "reward", rows, float), start, terminated, truncated)
+    reward = _column(message, "reward", rows, float)
+    if not any(name in message for name in TAKEN_FIELDS):
+        return ActRows(list(env), obs, reward, start, terminated, truncated)
+    if not taken_agreed:
+        raise UnsupportedMessage("ACT: 'taken', 'taken_mask' and 'train' need the served_taken extension, "
+                                 "which was not agreed")
+    taken_mask = taken = train = None
+    if "taken_mask" in message:
+        taken_mask = _column(message, "taken_mask", rows, bool)
+        if "taken" not in message:
+            raise InvalidMessage("ACT: 'taken_mask' without 'taken'")
+        taken = message["taken"]
+        if not isinstance(taken, (np.ndarray, list)) or len(taken) != rows:
+            raise InvalidMessage(f"ACT: 'taken' must have one entry per row ({rows})")
+        ends = taken_mask & (terminated | truncated)
+        if ends.any():
+            row = int(np.argmax(ends))
+            raise InvalidMessage(f"ACT: row {row} (env {env[row]}) carries a taken action but ends its episode")
+        if not taken_mask.any():
+            taken_mask = taken = None
+    elif "taken" in message:
+        raise InvalidMessage("ACT: 'taken' without 'taken_mask'")
+    if "train" in message:
+        train = _column(message, "train", rows, bool)
+    return ActRows(list(env), obs, reward, start, terminated, truncated, taken_mask, taken, train)
 
 
 def act_message(
@@ -107,9 +149,16 @@ def act_message(
     start: Any,
     terminated: Any,
     truncated: Any,
+    *,
+    taken_mask: Any = None,
+    taken: Any = None,
+    train: Any = None,
 ) -> dict[str, Any]:
-    """An ``ACT`` from columns (bool flags and rewards as arrays, so they pack compactly)."""
-    return {
+    """An ``ACT`` from columns (bool flags and rewards as arrays, so they pack compactly).
+
+    ``taken_mask``/``taken`` and ``train`` (``served_taken``) are sent only when given.
+    """
+    message = {
         "type": MessageType.ACT.value,
         "env": [int(e) for e in env],
         "obs": obs,
@@ -118,6 +167,12 @@ def act_message(
         "terminated": np.asarray(terminated, np.bool_),
         "truncated": np.asarray(truncated, np.bool_),
     }
+    if taken_mask is not None:
+        message["taken_mask"] = np.asarray(taken_mask, np.bool_)
+        message["taken"] = taken
+    if train is not None:
+        message["train"] = np.asarray(train, np.bool_)
+    return message
 
 
 def actions_message(env: Sequence[int], actions: Any, weights_seq_no: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ weights (:mod:`.multi_agent`). See :mod:`.settings` for every ``env_config`` key
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, Collection, Optional, Union
@@ -45,6 +46,7 @@ from .episodes import EpisodeIngest
 from .forward import ModuleForward, NumpyForward, served_actions_unsupported
 from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
+from .taken import TakenActionCheck, with_taken
 from .listener import RLinkServer
 from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled, runner_key
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
@@ -403,11 +405,15 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                           # As SingleAgentEnvRunner estimates the global step count.
                                           timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
         discrete = isinstance(action_space, gym.spaces.Discrete)
+        check_taken = TakenActionCheck(action_space)
         return ServedPolicy(
             forward=self._forward,
             check_obs=ObservationCheck(obs_space.shape, obs_space.dtype),
             no_actions=np.empty((0, *action_space.shape), np.int64 if discrete else action_space.dtype),
             inline=isinstance(self._forward, NumpyForward),
+            check_taken=check_taken,
+            with_taken=functools.partial(with_taken, space=check_taken.space, normalize=normalize,
+                                         logp=self._forward.logp_of),
         )
 
     def _export_policy_graph(self) -> Optional[bytes]:

@@ -38,6 +38,7 @@ from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from ..client.mlp import UnsupportedModelError
 from ..client.policy import NumpyPolicy
+from ..client.sampling import log_prob
 from .inference import InferenceResult
 
 __all__ = ["ModuleForward", "NumpyForward", "served_actions_unsupported"]
@@ -141,6 +142,12 @@ class ModuleForward:
             seconds=time.perf_counter() - started,
         )
 
+    def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """float32 log-probabilities of ``actions`` (as recorded) under the module's exploration distribution."""
+        with torch.no_grad():
+            dist = self.module.get_exploration_action_dist_cls().from_logits(torch.from_numpy(dist_inputs))
+            return dist.logp(torch.from_numpy(np.asarray(actions))).numpy().astype(np.float32, copy=False)
+
     def _for_env(self, actions: np.ndarray) -> np.ndarray:
         space = self.action_space
         if isinstance(space, gym.spaces.Discrete):
@@ -213,6 +220,11 @@ class NumpyForward:
         policy = NumpyPolicy(params, options.pop("action_space"), **options)
         seq_no = self._current[1] if weights_seq_no is None else weights_seq_no
         self._current = (policy, seq_no)
+
+    def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """float32 log-probabilities of ``actions`` (as recorded) under the policy's distribution."""
+        policy = self._current[0]
+        return log_prob(policy.action_space, dist_inputs, actions, squashed=policy.squashed)
 
     def __call__(self, obs: np.ndarray) -> InferenceResult:
         started = time.perf_counter()

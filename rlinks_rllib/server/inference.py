@@ -277,9 +277,16 @@ class ServedPolicy:
             an ``ACT`` none of whose rows wants an action.
         inline: ``forward`` is cheaper than a hop to another thread: run it
             on the server's loop thread.
+        check_taken: ``served_taken``: turns an ``ACT``'s ``taken`` into one
+            array of actions in the env's form, or raises ``IngestError``
+            (:class:`~.taken.TakenActionCheck`); ``None``: not offered.
+        with_taken: ``(result, mask, taken)``: ``result`` with the masked rows
+            holding the simulator's own actions (:func:`~.taken.with_taken`).
     """
 
     forward: Forward
     check_obs: Callable[[ActRows], np.ndarray]
     no_actions: np.ndarray
     inline: bool = False
+    check_taken: Optional[Callable[[ActRows], np.ndarray]] = None
+    with_taken: Optional[Callable[[InferenceResult, np.ndarray, np.ndarray], InferenceResult]] = None

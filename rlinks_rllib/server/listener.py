@@ -237,6 +237,8 @@ class RLinkServer:
         self._served_bytes = 0
         if self._policy is not None:
             self.extensions |= {Extension.SERVED_ACTIONS.value}
+            if self._policy.check_taken is not None:
+                self.extensions |= {Extension.SERVED_TAKEN.value}
             self._recorder = ServedRecorder(max_envs=settings.served_max_envs,
                                             report_timeout_s=settings.served_report_timeout_s,
                                             max_chunk_steps=settings.max_steps_per_chunk)
@@ -473,7 +475,11 @@ class RLinkServer:
         if self._policy is None or self._recorder is None:
             raise IngestError("this runner does not serve actions", code=ErrorCode.SERVER_ERROR)  # never agreed
         rows = event.rows
-        recorded = self._recorder.record(session, rows, self._policy.check_obs(rows), time.monotonic())
+        obs = self._policy.check_obs(rows)
+        taken = None
+        if rows.taken_mask is not None and self._policy.check_taken is not None:
+            taken = self._policy.check_taken(rows)
+        recorded = self._recorder.record(session, rows, obs, time.monotonic(), taken)
         stats = self.stats
         stats.served_acts += 1
         stats.served_rows += len(rows)
@@ -601,6 +607,9 @@ class RLinkServer:
         assert self._recorder is not None
         if session.closed:
             return
+        taken = self._recorder.waiting_taken(session)
+        if taken is not None and self._policy is not None and self._policy.with_taken is not None:
+            result = self._policy.with_taken(result, *taken)
         extra = {ACTION_LOGP: result.action_logp, ACTION_DIST_INPUTS: result.action_dist_inputs}
         envs = self._recorder.set_actions(session, result.actions, extra, result.weights_seq_no, time.monotonic())
         if envs is None:

@@ -121,6 +121,8 @@ class Cut:
 @dataclass
 class _Env:
     builder: EpisodeBuilder
+    #: ``False``: the episode is never trained on (``served_taken``'s ``train``): nothing is recorded or counted.
+    train: bool = True
     #: The action pending for the env (computed, sent, not yet reported), and its extras.
     action: Any = None
     extra: Optional[dict] = None
@@ -138,6 +140,8 @@ class _Client:
     #: The envs of the client's unanswered ACT that want an action; ``None``: nothing unanswered.
     waiting: Optional[list[int]] = None
     waiting_obs: Optional[np.ndarray] = None
+    #: Of those, the rows whose action the simulator took itself, and the actions (``None``: none).
+    waiting_taken: Optional[tuple[np.ndarray, np.ndarray]] = None
     #: Since when the client waits for us (its deadlines stand still meanwhile).
     waiting_since: float = 0.0
 
@@ -212,11 +216,15 @@ class ServedRecorder(Generic[K]):
 
     # -- an ACT --------------------------------------------------------------
 
-    def record(self, client: K, rows: ActRows, obs: np.ndarray, now: float) -> Recorded:
+    def record(self, client: K, rows: ActRows, obs: np.ndarray, now: float,
+               taken: Optional[np.ndarray] = None) -> Recorded:
         """Apply the rows of one ``ACT`` (observations checked by :class:`ObservationCheck`).
 
         All rows are checked before any is applied: an ``ACT`` is recorded
-        whole or not at all.
+        whole or not at all. ``taken``: the actions of the rows in
+        ``rows.taken_mask``, checked, one per row (:meth:`waiting_taken`
+        gives those of the rows that want an action). A start row whose
+        ``rows.train`` is false opens an episode nothing of which is recorded.
 
         Raises:
             IngestError: ``bad_episode``: a row that is not a ``start`` row
@@ -239,31 +247,44 @@ class ServedRecorder(Generic[K]):
         # Python values for the loop: read_act and ObservationCheck checked them as columns.
         start, reward = rows.start.tolist(), rows.reward.tolist()
         terminated, truncated, wanted = rows.terminated.tolist(), rows.truncated.tolist(), want.tolist()
+        train = rows.train.tolist() if rows.train is not None else None
         for i, env_id in enumerate(rows.env):
             env = info.envs.get(env_id)
             if env is not None and env.sent_at is not None:
                 env.sent_at = None
-                info.pending -= 1
+                info.pending -= env.train
             if start[i]:
                 if env is None:
                     env = info.envs[env_id] = _Env(EpisodeBuilder(max_chunk_steps=self._max_chunk_steps))
                     self._open += 1
                 env.builder.reset(obs[i])  # closes an open episode as truncated
+                env.train = train is None or train[i]
                 env.action = env.extra = None
                 continue
             assert env is not None, "checked above"
-            env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra)
-            steps[env.weights_seq_no] += 1
-            self._note_steps(env.weights_seq_no, 1)
+            if env.train:
+                env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra)
+                steps[env.weights_seq_no] += 1
+                self._note_steps(env.weights_seq_no, 1)
             env.action = env.extra = None
             if not wanted[i]:
                 self._close(info, env_id)
         want_env = [e for e, w in zip(rows.env, want) if w]
         want_obs = obs[want]
         info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
+        info.waiting_taken = None
+        if want_env and rows.taken_mask is not None and taken is not None:
+            mask = rows.taken_mask[want]
+            if mask.any():
+                info.waiting_taken = (mask, taken[want])
         info.heard_at = info.waiting_since = now
         self._count(info)
         return Recorded(dict(steps), want_env, want_obs)
+
+    def waiting_taken(self, client: K) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """Of ``client``'s rows waiting for actions, those it took itself (a mask) and their actions; or ``None``."""
+        info = self._clients.get(client)
+        return None if info is None else info.waiting_taken
 
     def set_actions(self, client: K, actions: Any, extra: Mapping[str, Any], weights_seq_no: int,
                     now: float) -> Optional[list[int]]:
@@ -279,7 +300,7 @@ class ServedRecorder(Generic[K]):
         if info is None or info.waiting is None:
             return None
         self._uncount(info)
-        envs, info.waiting, info.waiting_obs = info.waiting, None, None
+        envs, info.waiting, info.waiting_obs, info.waiting_taken = info.waiting, None, None, None
         waited = now - info.waiting_since
         for env in info.envs.values():
             if env.sent_at is not None:
@@ -290,7 +311,7 @@ class ServedRecorder(Generic[K]):
             env.extra = {name: values[j] for name, values in extra.items()}
             env.weights_seq_no = weights_seq_no
             env.sent_at = now
-        info.pending += len(envs)
+            info.pending += env.train
         info.heard_at = now
         self._count(info)
         return envs
@@ -408,7 +429,7 @@ class ServedRecorder(Generic[K]):
         """Forget an env, keeping its episode's chunks (ended, or closed now as truncated)."""
         env = info.envs.pop(env_id)
         if env.sent_at is not None:
-            info.pending -= 1
+            info.pending -= env.train
         if truncate:
             env.builder.truncate()
         self._done.extend(env.builder.take_chunks())

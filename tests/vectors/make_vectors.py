@@ -447,6 +447,16 @@ def cases() -> dict[str, Callable[[], Case]]:
          "terminated": np.array([False, True, False]), "truncated": np.array([False, False, False])},
         {"type": "ACTIONS", "env": [0, 4], "actions": np.array([1, 0], np.int64), "weights_seq_no": 3},
     )
+    c["valid_served_taken"] = lambda: valid(
+        "The served_taken extension (docs/PROTOCOL.md 10.5.1): env 1 takes its own action (answered with itself), "
+        "env 2 starts an episode that is not trained on.",
+        {"type": "ACT", "env": [0, 1, 2], "obs": np.stack([cartpole_obs(i) for i in range(3)]),
+         "reward": np.array([1.0, 1.0, 0.0], np.float32), "start": np.array([False, False, True]),
+         "terminated": np.array([False, False, False]), "truncated": np.array([False, False, False]),
+         "taken_mask": np.array([False, True, False]), "taken": np.array([0, 1, 0], np.int64),
+         "train": np.array([True, True, False])},
+        {"type": "ACTIONS", "env": [0, 1, 2], "actions": np.array([0, 1, 1], np.int64), "weights_seq_no": 3},
+    )
     c["valid_array_dtypes"] = lambda: valid(
         "Every accepted array dtype, byte orders, a 0-d and an empty array.",
         {"type": "GET_STATE", "arrays": all_dtypes()},
