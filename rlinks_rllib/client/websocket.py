@@ -30,7 +30,7 @@ from ..protocol.codec import Buffer
 from ..protocol.connection import MAX_PEER_CODE, MAX_PEER_TEXT, Connection
 from ..protocol.errors import ProtocolError
 from ..protocol.framing import FrameDecoder
-from ..protocol.limits import MAX_BODY_BYTES
+from ..protocol.limits import HEADER_BYTES, MAX_BODY_BYTES
 from ..protocol.websocket import MessageChannel, split_frames
 from .address import Address
 from .errors import ConnectFailed, ProtocolViolation, ServerError
@@ -85,6 +85,11 @@ class ClientWebSocket:
         ws = self.ws
         if len(self._answer_start) < _KEPT_ANSWER_BYTES:
             self._answer_start += data[: _KEPT_ANSWER_BYTES - len(self._answer_start)]
+        if self._answer_start[:HEADER_BYTES].isdigit():
+            # An RLlink frame, not HTTP (a full runner's ERROR): read it as one once it is whole.
+            refusal = _rlink_error(self._answer_start)
+            if refusal is not None:
+                raise refusal
         if data:
             ws.receive_data(data)
         else:
