@@ -314,3 +314,21 @@ def test_a_full_runners_refusal_reads_as_its_error_on_a_websocket_client():
         with pytest.raises(ServerError, match="already serves 1 clients") as caught:
             websocket.receive_upgrade(answer)
         assert caught.value.code == "limit_exceeded"
+
+
+def test_another_websocket_implementation_talks_to_a_runner():
+    """websockets' own blocking client (its I/O, its handshake, deflate offered) speaks RLlink to our port."""
+    import msgpack
+    from websockets.sync.client import connect
+
+    with serving(ws_allowed_origins=[ORIGIN]) as server:
+        with connect(f"ws://127.0.0.1:{server.address[1]}/any/path", origin=ORIGIN, open_timeout=5) as ws:
+            ws.send(encode_message({"type": "PING"})[8:])
+            assert msgpack.unpackb(ws.recv(timeout=5))["type"] == "PONG"
+            ws.send(encode_message({"type": "GET_STATE"})[8:])
+            reply = msgpack.unpackb(ws.recv(timeout=5), strict_map_key=False)
+            assert reply["type"] == "SET_STATE" and ws.protocol.extensions == []  # no deflate agreed
+            ws.send('{"type": "GET_STATE"}')  # a text message: refused
+            error = msgpack.unpackb(ws.recv(timeout=5))
+            assert error["type"] == "ERROR" and error["code"] == "bad_frame"
+        assert ws.close_code == 1008

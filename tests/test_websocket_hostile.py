@@ -264,3 +264,16 @@ def test_a_clean_close_from_the_client_is_logged_as_such(attacked, caplog):
     assert close.code == CloseCode.NORMAL_CLOSURE
     wait_for(lambda: logged(caplog, "client closed the WebSocket", "done"))
     assert not attacked.stats.errors
+
+
+def test_an_unmasked_frame_breaks_rfc_6455_and_is_refused(attacked, caplog):
+    attacker = RawWebSocket(attacked.address[1])
+    try:
+        attacker.handshake()
+        attacker.sock.sendall(Frame(Opcode.BINARY, PING_BODY).serialize(mask=False))  # a client must mask
+        messages, close = attacker.read()
+    finally:
+        attacker.close()
+    assert [m["code"] for m in messages if m["type"] == "ERROR"] == ["bad_frame"]
+    assert close.code == CloseCode.PROTOCOL_ERROR and "masking" in close.reason
+    wait_for(lambda: logged(caplog, "ERROR bad_frame", "invalid WebSocket framing"))
