@@ -167,7 +167,8 @@ def logged(caplog, *parts: str) -> bool:
     (UPGRADE.format(version=8).encode(), b"400", "Sec-WebSocket-Version"),
     (b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 8000 + b"\r\n" * 1 + (b"X-More: " + b"b" * 8000 + b"\r\n") * 4,
      b"431", "longer than"),
-], ids=["not-http", "no-key", "wrong-version", "endless-request"])
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", b"414", "expected no more than 8192 bytes"),
+], ids=["not-http", "no-key", "wrong-version", "endless-request", "long-request-line"])
 def test_a_bad_upgrade_gets_an_http_answer_and_a_log_line(attacked, caplog, request_bytes, status, why):
     answer = http_answer(attacked.address[1], request_bytes)
     assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]

@@ -24,6 +24,7 @@ import http
 import logging
 from typing import Iterable, Optional, Union
 
+from websockets.exceptions import InvalidMessage
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
@@ -82,12 +83,14 @@ class ServerWebSocket(MessageChannel):
                              f"the upgrade request is longer than {MAX_UPGRADE_BYTES:,} bytes")
                 return
         super().receive_data(data)
-        if not self.opened and ws.handshake_exc is not None and self.refusal is None:
-            # Not an HTTP request at all: websockets just closes; say why first.
-            cause = ws.handshake_exc.__cause__
-            reason = f"not a valid HTTP upgrade request ({cause or ws.handshake_exc})"
-            self.refusal = reason
-            self._out.append(ws.reject(http.HTTPStatus.BAD_REQUEST, f"rlinks: {reason}\n").serialize())
+        exc = ws.handshake_exc
+        if not self.opened and exc is not None and self.refusal is None:
+            if isinstance(exc, InvalidMessage):
+                # Not an HTTP request at all: websockets just closes; say why first.
+                self.refusal = f"not a valid HTTP upgrade request ({exc.__cause__ or exc})"
+                self._out.append(ws.reject(http.HTTPStatus.BAD_REQUEST, f"rlinks: {self.refusal}\n").serialize())
+            else:
+                self.refusal = f"{type(exc).__name__}: {exc}"  # websockets answered it (414, 431)
 
     def _handshake_event(self, event: object) -> None:
         if not isinstance(event, Request):
