@@ -134,7 +134,7 @@ export declare class FrameDecoder {
 
 export declare const Extension: Readonly<{
   WANT_STEPS: "want_steps"; ACK: "ack"; AUTH: "auth"; ENDPOINTS: "endpoints";
-  SERVED_ACTIONS: "served_actions"; POLICY_GRAPH: "policy_graph"; MULTI_AGENT: "multi_agent";
+  SERVED_ACTIONS: "served_actions"; SERVED_TAKEN: "served_taken"; POLICY_GRAPH: "policy_graph"; MULTI_AGENT: "multi_agent";
 }>;
 export type ExtensionName = (typeof Extension)[keyof typeof Extension];
 export interface Offer {

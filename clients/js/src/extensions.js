@@ -21,6 +21,8 @@ export const Extension = Object.freeze({
   AUTH: "auth",
   ENDPOINTS: "endpoints",
   SERVED_ACTIONS: "served_actions",
+  /** ACT rows may carry the simulator's own action (not used by this client yet). */
+  SERVED_TAKEN: "served_taken",
   POLICY_GRAPH: "policy_graph",
   MULTI_AGENT: "multi_agent",
 });
