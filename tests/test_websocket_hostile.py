@@ -167,8 +167,10 @@ def logged(caplog, *parts: str) -> bool:
     (UPGRADE.format(version=8).encode(), b"400", "Sec-WebSocket-Version"),
     (b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 8000 + b"\r\n" * 1 + (b"X-More: " + b"b" * 8000 + b"\r\n") * 4,
      b"431", "longer than"),
+    (UPGRADE.format(version=13).replace("\r\n\r\n", "\r\nOrigin: http://a.example\r\nOrigin: http://b.example"
+                                         "\r\n\r\n").encode(), b"400", "multiple values"),
     (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", b"414", "expected no more than 8192 bytes"),
-], ids=["not-http", "no-key", "wrong-version", "endless-request", "long-request-line"])
+], ids=["not-http", "no-key", "wrong-version", "endless-request", "two-origins", "long-request-line"])
 def test_a_bad_upgrade_gets_an_http_answer_and_a_log_line(attacked, caplog, request_bytes, status, why):
     answer = http_answer(attacked.address[1], request_bytes)
     assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]

@@ -371,7 +371,12 @@ class Session(asyncio.BufferedProtocol):
                 handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, settings.max_frame_bytes))
             data = memoryview(start)
         ws = self._ws
-        ws.receive_data(data)
+        try:
+            ws.receive_data(data)
+        except Exception:  # noqa: BLE001 - a bug of ours must still end only this connection
+            logger.exception("rlinks: client %s (%s): internal error in the WebSocket layer", self.client_id, self.peer)
+            self.fail(ErrorCode.SERVER_ERROR, "internal error in the runner")
+            return
         if ws.in_message:
             self._frame_going(now)
         else:

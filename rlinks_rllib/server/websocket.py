@@ -97,7 +97,8 @@ class ServerWebSocket(MessageChannel):
             super()._handshake_event(event)
             return
         ws = self.ws
-        self.origin = event.headers.get("Origin")
+        origins = event.headers.get_all("Origin")  # (more than one: websockets' check refuses it with 400)
+        self.origin = ", ".join(origins) if origins else None
         response = ws.accept(event)
         if response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS:
             ws.send_response(response)
