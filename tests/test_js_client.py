@@ -108,6 +108,23 @@ def test_error_codes_message_types_and_extensions_are_pythons(node):
     assert lists["extensions"] == {extension.name: extension.value for extension in Extension}
 
 
+def test_auth_proofs_are_pythons(node):
+    """HMAC-SHA256 over the same label, roles and nonces as protocol/auth.py, the secret normalized alike."""
+    from rlinks_rllib.protocol.auth import normalize_secret, proof
+    client_nonce, server_nonce = bytes(range(32)), bytes(range(32, 64))
+    padded = "  " + SECRET + "\n"  # surrounding whitespace is not part of the secret
+    got = json.loads(node_eval(node, f"""
+        import {{ normalizeSecret }} from "rlinks-client";
+        import {{ proof }} from "./src/auth.js";
+        const secret = normalizeSecret({json.dumps(padded)});
+        const c = Uint8Array.from({list(client_nonce)}), s = Uint8Array.from({list(server_nonce)});
+        const hex = (b) => Buffer.from(b).toString("hex");
+        console.log(JSON.stringify([hex(await proof(secret, "client", c, s)), hex(await proof(secret, "server", c, s))]));
+    """))
+    secret = normalize_secret(padded)
+    assert got == [proof(secret, role, client_nonce, server_nonce).hex() for role in (b"client", b"server")]
+
+
 # ----------------------------------------------------------------------
 # Against rlinks' runner server (no Ray)
 

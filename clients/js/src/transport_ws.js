@@ -77,6 +77,15 @@ export class WebSocketTransport extends Transport {
     this.socket.send(body);
   }
 
+  // The `ws` package can stop reading (a browser's WebSocket can't: the server only answers what we ask).
+  _pause() {
+    this.socket.pause?.();
+  }
+
+  _resume() {
+    this.socket.resume?.();
+  }
+
   _destroy() {
     try {
       this.socket.close();
