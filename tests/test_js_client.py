@@ -32,7 +32,7 @@ from rlinks_rllib.protocol.extensions import Extension
 from rlinks_rllib.protocol.messages import MessageType
 import numpy as np
 from test_cpp_client import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
-                             directory_of, lean_rule, rows_of, summary_of)
+                             check_chunk, directory_of, lean_rule, rows_of, summary_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "clients" / "js"
@@ -278,6 +278,20 @@ def test_a_reply_out_of_turn_is_unexpected_message(node):
     with ScriptedRunner(on_message=pong_instead_of_weights) as server:
         result = cartpole(node, "--address", server.address, "--max-steps", "100")
     assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
+
+
+def test_plain_rllib_server_with_a_pickled_config(node):
+    """RLlib's own server: a bare PONG (no extension) and a pickle never read; configured by hand."""
+    with ScriptedRunner(plain=True, config=b"\x80\x04 an AlgorithmConfig pickle") as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", "120", "--fragment-steps", "40")
+    assert result.returncode == 0, result.stderr
+    batches = server.batch_messages()
+    assert len(batches) == 3 and all("seq" not in m for _, m in batches)
+    assert [m["timesteps"] for _, m in batches] == [40, 40, 40]
+    for _, message in batches:
+        for state in message["episodes"]:
+            check_chunk(state)
+    assert "plain RLlink" in result.stderr
 
 
 # ----------------------------------------------------------------------

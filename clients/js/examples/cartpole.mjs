@@ -16,7 +16,7 @@
 
 import { parseArgs } from "node:util";
 
-import { ClientClosed, EnvClient, NotAgreed, ProtocolError, RLinksError, ServerError } from "rlinks-client";
+import { ClientClosed, DiscreteSpace, EnvClient, NotAgreed, ProtocolError, RLinksError, ServerError } from "rlinks-client";
 import { CartPole } from "./cartpole_env.js";
 
 const USAGE = `usage: node cartpole.mjs [options]
@@ -37,6 +37,9 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --served-actions       the learner computes the actions (served_actions): send
                          observations, get actions; no network here
   --secret-file PATH     shared secret for an authenticating learner (or set RLINKS_SECRET)
+  --fragment-steps N     steps per batch when the server doesn't say (RLlib's own
+                         server; default 500)
+  --activation NAME      hidden activation when the server doesn't say (default tanh)
 `;
 
 const { values: args } = parseArgs({
@@ -52,6 +55,8 @@ const { values: args } = parseArgs({
     "off-policy": { type: "boolean", default: false },
     "served-actions": { type: "boolean", default: false },
     "secret-file": { type: "string" },
+    "fragment-steps": { type: "string", default: "500" },
+    activation: { type: "string", default: "tanh" },
     help: { type: "boolean", default: false },
   },
 });
@@ -90,6 +95,10 @@ const client = new EnvClient(args.address, {
   onPolicy: args["off-policy"] ? false : null,
   inference: args["served-actions"] ? "served" : "auto",
   secret: await readSecret(),
+  // Only for RLlib's own server, which describes itself as a pickle this client never reads:
+  actionSpace: new DiscreteSpace(2),
+  rolloutFragmentLength: Number(args["fragment-steps"]),
+  fcnetActivation: args.activation,
   warn: (text) => console.error(`cartpole: WARNING: ${text}`),
 });
 process.on("SIGTERM", () => client.stop());
