@@ -280,6 +280,17 @@ def test_a_reply_out_of_turn_is_unexpected_message(node):
     assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
 
 
+def test_off_policy_batches_go_without_waiting_for_weights(node):
+    with ScriptedRunner() as server:
+        result = cartpole(node, "--address", server.address, "--max-steps", "1000", "--off-policy", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert "off-policy batches" in result.stderr and "EPISODES_AND_GET_STATE" not in server.types()
+    # A fragment (rollout_fragment_length 64) at a time; the rest when closing.
+    assert [m["timesteps"] for _, m in server.batch_messages()] == [64] * 15 + [40]
+    summary = summary_of(result.stdout)
+    assert summary["steps_acked"] == summary["steps_sent"] == 1000
+
+
 def test_plain_rllib_server_with_a_pickled_config(node):
     """RLlib's own server: a bare PONG (no extension) and a pickle never read; configured by hand."""
     with ScriptedRunner(plain=True, config=b"\x80\x04 an AlgorithmConfig pickle") as server:
