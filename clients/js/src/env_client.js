@@ -379,6 +379,7 @@ export class EnvClient {
     this._episodeSteps[env] = 0;
     this._counters.episodes++;
     this._recentReturns.push(this._returns[env]);
+    this._returns[env] = 0;
     if (this._recentReturns.length > RETURNS_KEPT) this._recentReturns.shift();
   }
 
