@@ -172,3 +172,166 @@ def test_a_write_error_stops_recording_loudly_not_the_caller(tmp_path, caplog):
     stats = recorder.stats()
     assert stats["record_errors"] == 1 and stats["record_dropped_steps"] == 15 and stats["record_steps"] == 0
     assert "recording stops" in caplog.text
+
+
+# -- a real runner, real clients ---------------------------------------------------------------
+
+#: A simulator that plays the scripted controller through EnvClient (log_action): its own actions are recorded.
+CONTROLLER_CLIENT = '''
+import argparse
+import gymnasium as gym
+from rlinks_rllib.client import EnvClient, TrainingEnded
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--address", required=True)
+parser.add_argument("--seed", type=int, default=0)
+args = parser.parse_args()
+env = gym.make("CartPole-v1")
+episodes, total, ret = 0, 0.0, 0.0
+with EnvClient(args.address, inference="local") as client:
+    try:
+        obs, _ = env.reset(seed=args.seed)
+        while True:
+            action = int(obs[2] + 0.5 * obs[3] + 0.01 * obs[1] > 0)
+            client.log_action(obs, action)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            ret += reward
+            client.report(reward, obs, terminated, truncated)
+            if terminated or truncated:
+                episodes, total, ret = episodes + 1, total + ret, 0.0
+                obs, _ = env.reset()
+    except TrainingEnded:
+        pass
+print(f"summary: episodes={episodes} mean_return={total / max(episodes, 1):.1f}", flush=True)
+'''
+
+RECORD_CONFIG = """\
+algorithm: PPO
+spaces: {{from_env: CartPole-v1}}
+training: {{train_batch_size_per_learner: 1000, minibatch_size: 250, num_epochs: 1}}
+env_runners: {{num_env_runners: 0, sample_timeout_s: 30}}
+learners: {{num_learners: 0}}
+rlinks: {{host: 127.0.0.1, port: 0, {rlinks}}}
+"""
+
+
+def start_record(tmp_path: Path, out: Path, rlinks: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``rlinks record`` in a session of its own (its Ray processes too); the runner's HOST:PORT once it listens."""
+    config = tmp_path / "record.yaml"
+    config.write_text(RECORD_CONFIG.format(rlinks=rlinks))
+    run = tmp_path / "record_run"
+    log = open(tmp_path / "record.log", "w")
+    proc = subprocess.Popen([*RLINKS, "record", "--config", str(config), "--out", str(out), "--output", str(run),
+                             *extra], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 120
+    while not (run / "endpoints.json").exists():
+        assert proc.poll() is None, (tmp_path / "record.log").read_text()
+        assert time.monotonic() < deadline, "rlinks record never listened"
+        time.sleep(0.3)
+    time.sleep(0.2)  # written whole (write_json_whole), but give the runner's log its line
+    (entry,) = json.loads((run / "endpoints.json").read_text())
+    return proc, f"{entry['host']}:{entry['port']}"
+
+
+def start_clients(tmp_path: Path, address: str, n: int) -> list[subprocess.Popen]:
+    script = tmp_path / "controller_client.py"
+    script.write_text(CONTROLLER_CLIENT)
+    env = {**os.environ, "RLINKS_SHUTDOWN_GRACE_S": "1"}  # end soon after the recorder does
+    return [subprocess.Popen([sys.executable, str(script), "--address", address, "--seed", str(i)], cwd=ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(n)]
+
+
+def stop_all(procs: list[subprocess.Popen], *, group: bool = False) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(300)
+def test_a_recording_of_real_clients_trains_bc_to_80_percent_of_the_policy_that_played(tmp_path):
+    """``rlinks record`` with two controller clients, then ``rlinks learner --config bc_cartpole --input``."""
+    out = tmp_path / "recording"
+    recorder, address = start_record(tmp_path, out, "record_max_file_mb: 0.2", "--stop-steps", "10000")
+    clients = start_clients(tmp_path, address, 2)
+    try:
+        assert recorder.wait(timeout=180) == 0, (tmp_path / "record.log").read_text()
+        outputs = [client.communicate(timeout=60)[0] for client in clients]
+    finally:
+        stop_all(clients)
+        stop_all([recorder], group=True)
+    returns = [float(line.split("mean_return=")[1]) for text in outputs for line in text.splitlines()
+               if line.startswith("summary:")]
+    assert len(returns) == 2, outputs
+    played = sum(returns) / len(returns)
+    assert temps(out) == []
+    rows = sum(pq.read_table(p).num_rows for p in files(out))
+    assert rows >= 10_000 and len(files(out)) > 1
+
+    target = 0.8 * played
+    learner = subprocess.run(
+        [*RLINKS, "learner", "--config", "bc_cartpole", "--input", str(out), "--output", str(tmp_path / "bc"),
+         "--stop-reward", f"{target:.1f}", "--stop-iters", "25"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert learner.returncode == 0, learner.stdout[-3000:] + learner.stderr[-3000:]
+    reached = float(learner.stdout.split("done: mean return ")[1].split()[0])
+    assert reached >= target
+    print(f"\nBC from {rows} recorded steps: mean return {reached:.1f}, the controller's {played:.1f}")
+
+
+@pytest.mark.timeout(300)
+def test_a_runner_killed_while_it_records_leaves_only_whole_files_ray_data_reads(tmp_path, ray_local):
+    out = tmp_path / "recording"
+    recorder, address = start_record(tmp_path, out, "record_max_file_mb: 0.02, record_max_file_s: 1.0")
+    clients = start_clients(tmp_path, address, 2)
+    try:
+        deadline = time.monotonic() + 120
+        while len(files(out)) < 3:
+            assert recorder.poll() is None, (tmp_path / "record.log").read_text()
+            assert time.monotonic() < deadline, "no files were recorded"
+            time.sleep(0.2)
+        os.kill(recorder.pid, signal.SIGKILL)  # the runner (num_env_runners: 0: the driver's own) dies mid-file
+        recorder.wait(timeout=30)
+    finally:
+        stop_all(clients)
+        stop_all([recorder], group=True)  # what is left of its Ray
+    whole = files(out)
+    rows = sum(pq.read_table(path).num_rows for path in whole)  # each one has its footer
+    assert rows > 0
+    assert all(path.name.startswith(TEMP_PREFIX) for path in out.iterdir() if path not in whole)
+    dataset = ray_local.data.read_parquet(str(out))  # as RLlib's OfflineData reads input_
+    assert dataset.count() == rows
+    batch = dataset.take_batch(5)
+    assert batch["obs"].shape == (5, 4) and batch["obs"].dtype == np.float32
+
+
+def test_a_runner_records_what_it_hands_rllib_and_counts_its_cap(tmp_path, ray_local):
+    """The runner's hook, in this process: every step RLlib trains on is in the files, rotation counted in the metrics."""
+    from harness import dummy_client_cmd, ppo_config, processes, running
+
+    out = tmp_path / "recording"
+    config = ppo_config(num_env_runners=0, train_batch=500, num_epochs=1, env_config={
+        "record_dir": str(out), "record_max_file_mb": 0.01, "record_max_total_mb": 0.03, "record_at_cap": "rotate"})
+    with running(config.build_algo()) as algo:
+        runner = algo.env_runner_group.local_env_runner
+        host, port = runner.address
+        with processes([dummy_client_cmd(host, port) for _ in range(2)]):
+            results = [algo.train() for _ in range(3)]
+    # Stopped: the recorder has written everything and closed its files.
+    stats = runner.get_transport_stats()
+    metrics = runner.get_metrics()["rlinks"]
+    sampled = int(results[-1]["env_runners"]["num_env_steps_sampled_lifetime"])
+    assert stats["record_steps"] == sampled
+    # Counted in RLlib's metrics as well: what the last iteration reported, and what came since.
+    reported = results[-1]["env_runners"]["rlinks"].get("record_deleted_files", 0)
+    assert stats["record_deleted_files"] > 0
+    assert reported + metrics["record_deleted_files"].peek() == stats["record_deleted_files"]
+    on_disk = sum(p.stat().st_size for p in files(out))
+    assert temps(out) == [] and on_disk <= 30_000 and on_disk == stats["record_bytes"]
+    rows = sum(pq.read_table(p).num_rows for p in files(out))
+    assert 0 < rows < sampled  # the oldest files were deleted

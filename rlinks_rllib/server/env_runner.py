@@ -48,9 +48,10 @@ from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .taken import TakenActionCheck, with_taken
 from .listener import RLinkServer
-from .metrics import EpisodeTotals, TransportMetrics, log_episodes, log_sampled, runner_key
+from .metrics import RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, runner_key
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
+from .recorder import runner_recorder
 from .scheduler import SamplePacer, WeightsChange
 from .shares import CLIENTS_KEY, update_share
 from .served import ObservationCheck
@@ -59,6 +60,9 @@ from .settings import RLinkSettings
 __all__ = ["RLinkEnvRunner", "runner_addresses"]
 
 logger = logging.getLogger("rlinks_rllib.server")
+
+#: Set on a batch once recorded, so one that is handed to RLlib again (see receipts.py) is not recorded twice.
+_RECORDED = "_rlinks_recorded"
 
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
@@ -123,9 +127,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self._forward: Optional[ModuleForward | NumpyForward] = None
         #: The module as ONNX for clients that ask (``policy_graph``); None: not exported.
         self._policy_graph: Optional[bytes] = None
+        #: Writes what sample() hands RLlib to ``record_dir`` (see recorder.py); None: not recording.
+        self._recorder = None
         serves = self.worker_index > 0 or (self.config.num_env_runners or 0) == 0
         if serves and not self.config.in_evaluation:
             self._policy_graph = self._export_policy_graph()
+            self._recorder = runner_recorder(self.settings, self.worker_index, multi_agent=self._multi_agent is not None,
+                                             observation_space=self.config.observation_space)
             self.server = RLinkServer(
                 self.settings,
                 port=self.settings.port_for(self.worker_index),
@@ -173,6 +181,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         stats = self.server.stats.snapshot()
         stats.update(inbox_steps=self.server.inbox.steps, weights_seq_no=self._weights_seq_no,
                      dropped_stale_steps=self._dropped_stale_steps)
+        if self._recorder is not None:
+            stats.update(self._recorder.stats())
         return stats
 
     # -- EnvRunner API -----------------------------------------------------------
@@ -216,11 +226,14 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         finished = []
         add = self._episode_totals.add
         lags = []  # per episode, for the multi-agent metrics
+        kept, stale = [], []  # what goes to RLlib, and what is dropped (for the recorder)
         for batch in batches:
             lag = max(0, self._weights_seq_no - batch.weights_seq_no)
             if lag and self.settings.drop_stale_steps:
                 self._dropped_stale_steps += batch.steps
+                stale.append(batch)
                 continue
+            kept.append(batch)
             self._lags.append(lag)
             lags += [lag] * len(batch.episodes)
             for episode in batch.episodes if self._ma_metrics is None else ():
@@ -229,6 +242,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                     finished.append(totals)
             episodes.extend(batch.episodes)
             steps += batch.steps
+        self._record(kept, trained=True)
+        if self.settings.record_untrained:
+            self._record(stale, trained=False)
         self._pacer.sampled(steps, time.monotonic())
         self._confirm_and_keep(batches)
         if self._ma_metrics is not None:
@@ -238,6 +254,16 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             log_sampled(self.metrics, steps, len(finished))
             self.num_env_steps_sampled_lifetime += steps
         return episodes
+
+    def _record(self, batches: list, *, trained: bool) -> None:
+        """Hand ``batches`` to the recorder (copied now, written on its thread), each batch once."""
+        if self._recorder is None:
+            return
+        fresh = [batch for batch in batches if not getattr(batch, _RECORDED, False)]
+        for batch in fresh:
+            setattr(batch, _RECORDED, True)
+        if fresh:
+            self._recorder.add([episode for batch in fresh for episode in batch.episodes], trained=trained)
 
     def _confirm_and_keep(self, batches: list) -> None:
         """Confirm ``batches``, now that ``sample()`` hands them to RLlib (dropped stale ones too).
@@ -305,6 +331,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 dropped_stale_steps=self._dropped_stale_steps,
             )
             self._lags = []
+        if self._recorder is not None:
+            for name, value in self._recorder.stats().items():
+                self._transport_metrics._log_delta(self.metrics, (RUNNER_METRICS_KEY, name), name, value)
         if self._ma_metrics is not None:
             self._ma_metrics.log_lags(self.metrics)
         return self.metrics.reduce()
@@ -319,11 +348,16 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         """Close every client connection and the listener; returns within seconds."""
         if self.server is not None:
             self.server.stop()
+        if self._recorder is not None:
+            self._recorder.close()  # what sample() handed RLlib is written whole before the runner goes
 
     def __del__(self) -> None:
         server = getattr(self, "server", None)
         if server is not None:
             server.stop(timeout=1.0)
+        recorder = getattr(self, "_recorder", None)
+        if recorder is not None:
+            recorder.close(timeout=5.0)
 
     # -- Checkpointable ----------------------------------------------------------
 

@@ -59,10 +59,11 @@ AT_CAP_MODES = ("stop", "rotate")
 TEMP_PREFIX = "."
 SUFFIX = ".parquet"
 COMPRESSION = "zstd"
-#: A row group holds at most this many bytes (uncompressed); also the step by which sizes are checked.
+#: Rows gather into row groups of about this many bytes (uncompressed), at most a quarter of a file.
 ROW_GROUP_BYTES = 16 * 1024 * 1024
-#: Room kept for a file's footer (schema and row-group index) when checking the caps.
-FOOTER_BYTES = 64 * 1024
+#: Room kept for a file's footer when checking the caps: its schema, and an index entry per row group.
+FOOTER_BYTES = 8 * 1024
+FOOTER_BYTES_PER_GROUP = 2 * 1024
 #: Bytes of copied columns the queue to the writer thread holds before the caller waits.
 QUEUE_BYTES = 256 * 1024 * 1024
 #: Longest a caller waits for room in the queue before dropping (and counting) what it brought.
@@ -80,7 +81,7 @@ class RecorderStats:
     steps: int = 0                #: env steps (rows) written
     untrained_steps: int = 0      #: of those, received but not trained on
     files: int = 0                #: files closed and renamed into place
-    bytes: int = 0                #: bytes of this runner's files on disk now (closed and open)
+    bytes: int = 0                #: bytes of this runner's files: those closed, and the open ones so far
     dropped_steps: int = 0        #: steps not written: the total cap ("stop"), a full queue, a write error
     deleted_files: int = 0        #: own oldest files deleted at the total cap ("rotate")
     deleted_bytes: int = 0
@@ -149,33 +150,54 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
 
 
 class _Stream:
-    """One series of files in one folder: the open temporary file and its rotation. Not thread-safe."""
+    """One series of files in one folder: the open temporary file, its next row group, its rotation.
 
-    def __init__(self, directory: Path, prefix: str) -> None:
+    Rows gather until a row group holds ``group_bytes`` (a file of many tiny
+    row groups reads slowly and has a large footer); they are no less safe
+    waiting here than in a file whose footer is not written yet. Not thread-safe.
+    """
+
+    def __init__(self, directory: Path, prefix: str, group_bytes: int) -> None:
         self.directory = directory
         self.prefix = prefix
+        self.group_bytes = group_bytes
         self._seq = 0
         self._writer: Any = None
         self._schema: Any = None
         self._temp: Optional[Path] = None
         self._final: Optional[Path] = None
+        self._pending: list = []
+        self._pending_bytes = 0
+        self._written = 0
+        self._groups = 0
         self.opened_at = 0.0
-        self.size = 0
 
     @property
     def is_open(self) -> bool:
-        return self._writer is not None
+        return self._schema is not None
 
-    def write(self, table: Any) -> None:
-        """Append ``table`` as one row group (to a new file if none is open or the schema differs).
+    @property
+    def size(self) -> int:
+        """Bytes this file has, or will have once its gathered rows are written (uncompressed: at most)."""
+        return self._written + self._pending_bytes
+
+    @property
+    def footer_bytes(self) -> int:
+        """Room to keep for the footer of the open file (or of a new one): the schema and a row-group index."""
+        return FOOTER_BYTES + FOOTER_BYTES_PER_GROUP * (self._groups + 2)
+
+    def fits(self, table: Any) -> bool:
+        """Whether ``table`` can go to the open file (no file is open, or it has the same schema)."""
+        return self._schema is None or table.schema.equals(self._schema, check_metadata=False)
+
+    def add(self, table: Any) -> None:
+        """Add rows to the open file (opening one if none is); the caller checked :meth:`fits`.
 
         Raises:
             OSError: the file can't be written.
         """
         import pyarrow.parquet as pq
 
-        if self._writer is not None and not table.schema.equals(self._schema, check_metadata=False):
-            self.close()
         if self._writer is None:
             self._seq += 1
             name = f"{self.prefix}-{self._seq:06d}{SUFFIX}"
@@ -184,21 +206,37 @@ class _Stream:
             self._writer = pq.ParquetWriter(str(self._temp), table.schema, compression=COMPRESSION)
             self._schema = table.schema
             self.opened_at = time.monotonic()
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= self.group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_bytes = [], 0
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
-        self.size = self._temp.stat().st_size
+        self._groups += 1
+        self._written = self._temp.stat().st_size
 
     def close(self) -> Optional[tuple[Path, int]]:
-        """Close the open file, fsync it and rename it into place; its ``(path, size)``, or None if none was open.
+        """Finish the open file, fsync it and rename it into place; its ``(path, size)``, or None if none was open.
 
         Raises:
             OSError: the file can't be finished.
         """
         if self._writer is None:
             return None
-        writer, temp, final = self._writer, self._temp, self._final
-        self._writer = self._temp = self._final = self._schema = None
-        self.size = 0
-        writer.close()
+        try:
+            self._flush()
+            self._writer.close()
+        finally:
+            temp, final = self._temp, self._final
+            self._writer = self._temp = self._final = self._schema = None
+            self._pending, self._pending_bytes, self._written, self._groups = [], 0, 0, 0
         _fsync_path(temp)
         os.replace(temp, final)
         _fsync_path(final.parent, directory=True)
@@ -250,8 +288,9 @@ class Recorder:
         self.max_file_s = max_file_s
         self._clock = clock
         prefix = prefix or file_prefix(0)
-        self._streams = {True: _Stream(self.directory, prefix),
-                         False: _Stream(self.directory / UNTRAINED_DIR, prefix)}
+        group_bytes = max(1, min(ROW_GROUP_BYTES, max_file_bytes // 4))
+        self._streams = {True: _Stream(self.directory, prefix, group_bytes),
+                         False: _Stream(self.directory / UNTRAINED_DIR, prefix, group_bytes)}
         #: Closed files of this recorder, oldest first, with their sizes (what "rotate" deletes).
         self._closed: deque[tuple[Path, int]] = deque()
         self._closed_bytes = 0
@@ -399,18 +438,18 @@ class Recorder:
             self._count(dropped_steps=steps)
             return
         table = _table(columns)
-        row_bytes = max(1, table.nbytes // max(1, table.num_rows))
-        rows_per_group = max(1, min(ROW_GROUP_BYTES, self.max_file_bytes // 4) // row_bytes)
+        # Pieces of at most a row group: the caps are checked piece by piece.
+        rows_per_piece = max(1, stream.group_bytes // max(1, table.nbytes // max(1, table.num_rows)))
         start = 0
         while start < steps:
-            piece = table.slice(start, rows_per_group)
-            need = piece.nbytes + FOOTER_BYTES
-            if stream.is_open and stream.size + need > self.max_file_bytes:
+            piece = table.slice(start, rows_per_piece)
+            if stream.is_open and (not stream.fits(piece)
+                                   or stream.size + piece.nbytes + stream.footer_bytes > self.max_file_bytes):
                 if not self._guarded(self._close_stream, stream):
                     break
-            if not self._room_for(need, stream):
+            if not self._room_for(piece.nbytes, stream):
                 break
-            if not self._guarded(stream.write, piece):
+            if not self._guarded(stream.add, piece):
                 break
             start += piece.num_rows
             self._count(steps=piece.num_rows, untrained_steps=0 if trained else piece.num_rows)
@@ -418,10 +457,14 @@ class Recorder:
             self._count(dropped_steps=steps - start)
         self._set_bytes()
 
-    def _room_for(self, need: int, stream: _Stream) -> bool:
-        """Whether ``need`` more bytes fit under the total cap (after deleting old files when rotating)."""
+    def _room_for(self, nbytes: int, stream: _Stream) -> bool:
+        """Whether ``nbytes`` more for ``stream`` fit under the total cap (after deleting old files when rotating).
+
+        Counts every file closed, what the open ones hold, and room for the footers they will have.
+        """
         def total() -> int:
-            return self._closed_bytes + sum(s.size for s in self._streams.values()) + need
+            open_files = sum(s.size + s.footer_bytes for s in self._streams.values() if s.is_open)
+            return self._closed_bytes + open_files + nbytes + (0 if stream.is_open else stream.footer_bytes)
 
         while total() > self.max_total_bytes:
             if self.at_cap == "rotate" and not self._closed and stream.is_open:

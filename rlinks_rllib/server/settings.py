@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 
 from ..protocol.auth import SECRET_ENV, load_secret
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
+from .recorder import AT_CAP_MODES
 
 __all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "SWITCH_MODES", "is_loopback"]
 
@@ -113,6 +114,23 @@ class RLinkSettings:
             ``Origin`` header names another is refused with HTTP 403. One
             without ``Origin`` (Node, Python, any program that is not a page)
             is let in. ``"*"``: pages from any origin.
+        record_dir: a folder to record every episode this runner hands RLlib
+            to, as RLlib's offline data (Parquet; see :mod:`.recorder` and
+            docs/RECORDING.md); ``""``: no recording. Each runner writes files
+            of its own, so runners on many hosts may share one folder.
+        record_max_file_mb: a recording file is closed (and a new one begun)
+            before it would pass this many megabytes (10**6 bytes).
+        record_max_file_s: a recording file open this long is closed even if
+            not full: what a crash of the runner can lose.
+        record_max_total_mb: all recording files of one runner stay below this;
+            what happens then is ``record_at_cap``.
+        record_at_cap: ``"stop"``: stop recording at ``record_max_total_mb``
+            (steps not written are counted as ``record_dropped_steps``);
+            ``"rotate"``: delete this runner's oldest files (counted as
+            ``record_deleted_files``). Either is logged once as a warning.
+        record_untrained: also record the episodes this runner receives but
+            does not hand RLlib (stale steps dropped by ``drop_stale_steps``),
+            in ``record_dir/_untrained``.
     """
 
     host: str = LOOPBACK
@@ -143,6 +161,12 @@ class RLinkSettings:
     served_max_envs: int = 4096
     policy_graph: str = "auto"
     ws_allowed_origins: tuple = ()
+    record_dir: str = ""
+    record_max_file_mb: float = 64.0
+    record_max_file_s: float = 300.0
+    record_max_total_mb: float = 10_240.0
+    record_at_cap: str = "stop"
+    record_untrained: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -175,6 +199,18 @@ class RLinkSettings:
         object.__setattr__(self, "ws_allowed_origins", tuple(self.ws_allowed_origins))  # YAML gives a list
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
             raise ValueError("rlinks settings 'tls_key_file' and 'tls_client_ca_file' need 'tls_cert_file'")
+        self._check_recording()
+
+    def _check_recording(self) -> None:
+        for name in ("record_max_file_mb", "record_max_file_s", "record_max_total_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"rlinks setting {name!r} must be positive")
+        if self.record_at_cap not in AT_CAP_MODES:
+            raise ValueError(f"rlinks setting 'record_at_cap' must be one of {AT_CAP_MODES}, "
+                             f"got {self.record_at_cap!r}")
+        if self.record_at_cap == "rotate" and self.record_max_total_mb < 2 * self.record_max_file_mb:
+            raise ValueError("rlinks setting 'record_max_total_mb' must be at least twice 'record_max_file_mb' "
+                             "with record_at_cap='rotate' (an old file is deleted only once a newer one is whole)")
 
     @property
     def tls(self) -> bool:
