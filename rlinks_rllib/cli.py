@@ -1,6 +1,7 @@
-"""The ``rlinks`` command: ``learner``, ``client``, ``endpoints`` and ``demo``.
+"""The ``rlinks`` command: ``learner``, ``record``, ``client``, ``endpoints`` and ``demo``.
 
     rlinks learner --config ppo_cartpole [--port 5555 --gpu-num 1 ...]
+    rlinks record --config ppo_cartpole --out runs/recording [--stop-steps 20000]
     rlinks client --address 127.0.0.1:5556 -n 4 [-- extra client args]
     rlinks endpoints runs/latest
     rlinks demo
@@ -31,6 +32,13 @@ DEMO_CLIENTS = 4
 _LEARNER_MODULES = {"ray", "torch", "gymnasium", "yaml", "PIL", "matplotlib"}
 
 
+def _runner_arguments(p) -> None:
+    """Where the runners listen and how many there are: ``rlinks learner`` and ``rlinks record`` alike."""
+    p.add_argument("--host", help="address runners listen on (0.0.0.0 for simulators on other machines)")
+    p.add_argument("--port", type=int, help="base port: runner i listens on PORT+i (0: any free port)")
+    p.add_argument("--num-env-runners", type=int, help="EnvRunners (each with its own port)")
+
+
 def _learner_parser(sub) -> None:
     p = sub.add_parser(
         "learner",
@@ -41,9 +49,7 @@ def _learner_parser(sub) -> None:
     )
     p.add_argument("--config", required=True,
                    help="YAML file, or a bundled config by name (ppo_cartpole, appo_cartpole, ...; see configs/)")
-    p.add_argument("--host", help="address runners listen on (0.0.0.0 for simulators on other machines)")
-    p.add_argument("--port", type=int, help="base port: runner i listens on PORT+i (0: any free port)")
-    p.add_argument("--num-env-runners", type=int, help="EnvRunners (each with its own port)")
+    _runner_arguments(p)
     p.add_argument("--gpu-num", type=int, help="learners with one GPU each (0: learn on the CPU)")
     p.add_argument("--num-learners", type=int, help="learner processes (overrides --gpu-num's count)")
     p.add_argument("--stop-reward", type=float, help="stop once the mean episode return reaches this")
@@ -51,6 +57,25 @@ def _learner_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="checkpoint every N iterations")
     p.add_argument("--output", default="runs/latest", help="folder for checkpoint, CSV and curve")
     p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint folder")
+    p.add_argument("--input", metavar="DIR",
+                   help="a recording to train from (rlinks record): an offline config's offline_data.input_")
+
+
+def _record_parser(sub) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record what simulators send, as RLlib offline data, without training",
+        description="Build the runners a config file describes, print where simulators connect, and record every "
+                    "env step they send to --out as RLlib's offline data (Parquet; see docs/RECORDING.md). Nothing "
+                    "is trained: clients play the initial weights, a checkpoint's (--resume) or their own actions. "
+                    "Ends after --stop-steps, on Ctrl-C or SIGTERM, with every file whole.",
+    )
+    p.add_argument("--config", required=True, help="YAML file, or a bundled config by name (ppo_cartpole, ...)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the recording folder (rlinks.record_dir)")
+    _runner_arguments(p)
+    p.add_argument("--resume", metavar="CHECKPOINT", help="clients play the weights of this checkpoint")
+    p.add_argument("--stop-steps", type=int, metavar="N", help="stop after N env steps (default: Ctrl-C)")
+    p.add_argument("--output", default="runs/record", help="folder for endpoints.json and directory.json")
 
 
 def _client_parser(sub) -> None:
@@ -101,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlinks", description="Train Ray RLlib on external simulators over TCP.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _learner_parser(sub)
+    _record_parser(sub)
     _client_parser(sub)
     _endpoints_parser(sub)
     _demo_parser(sub)
@@ -115,7 +141,17 @@ def _learner(args) -> int:
         config=str(config), host=args.host, port=args.port, num_env_runners=args.num_env_runners,
         gpu_num=args.gpu_num, num_learners=args.num_learners, stop_reward=args.stop_reward,
         stop_iters=args.stop_iters, checkpoint_every=args.checkpoint_every, output=args.output,
-        resume=args.resume,
+        resume=args.resume, input=args.input,
+    ))
+
+
+def _record(args) -> int:
+    config = bundled.resolve_config(args.config)
+    from .training.record import RecordOptions, run_record
+
+    return run_record(RecordOptions(
+        config=str(config), out=args.out, host=args.host, port=args.port, num_env_runners=args.num_env_runners,
+        resume=args.resume, stop_steps=args.stop_steps, output=args.output,
     ))
 
 
@@ -211,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlinks`` console script."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    handlers = {"learner": _learner, "client": _client, "endpoints": _endpoints, "demo": _demo}
+    handlers = {"learner": _learner, "record": _record, "client": _client, "endpoints": _endpoints, "demo": _demo}
     try:
         return handlers[args.command](args)
     except FileNotFoundError as exc:

@@ -44,9 +44,11 @@ from ..protocol.spaces import MAX_SPACE_DEPTH, describe_space, format_path
 __all__ = ["ConfigFileError", "LearnerSpec", "load_spec", "build_algorithm_config", "parse_space"]
 
 SECTIONS = ("algorithm", "spaces", "training", "model", "env_runners", "learners", "reporting", "fault_tolerance",
-            "rlinks", "stop", "description", "multi_agent")
+            "rlinks", "stop", "description", "multi_agent", "offline_data", "evaluation")
 #: Sections passed whole to the ``AlgorithmConfig`` method of the same name.
-RLLIB_SECTIONS = ("training", "env_runners", "learners", "reporting", "fault_tolerance")
+RLLIB_SECTIONS = ("training", "env_runners", "learners", "reporting", "fault_tolerance", "offline_data", "evaluation")
+#: The ``offline_data`` key naming the recording an offline algorithm (BC, MARWIL, CQL) reads.
+OFFLINE_INPUT_KEY = "input_"
 #: Keys of the sections rlinks reads itself (``rlinks``: the fields of ``RLinkSettings``).
 SPACES_KEYS = ("from_env", "observation", "action")
 STOP_KEYS = ("reward", "iters")
@@ -77,6 +79,8 @@ class LearnerSpec:
     rlinks: dict = field(default_factory=dict)
     stop: dict = field(default_factory=dict)
     multi_agent: dict = field(default_factory=dict)
+    offline_data: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)
     description: str = ""
     lines: dict = field(default_factory=dict)
 
@@ -362,8 +366,6 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
         ConfigFileError: an unknown algorithm, a malformed space, or a value
             RLlib refuses (unknown keys were refused by :func:`load_spec`).
     """
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-
     from ..server.env_runner import RLinkEnvRunner
     from ..server.receipts import RLinkReceipts
     from ..server.settings import rlinks_env_config
@@ -371,6 +373,9 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
 
     overrides = overrides or {}
     config = _default_config(spec)
+    offline_data = {**spec.offline_data, **overrides.get("offline_data", {})}
+    if offline_data.get(OFFLINE_INPUT_KEY):
+        return _offline_config(spec, config, offline_data, overrides)
     observation_space, action_space = resolve_spaces(spec) if spec.spaces or not spec.multi_agent else (None, None)
     rlinks = {**spec.rlinks, **overrides.get("rlinks", {})}
     try:
@@ -385,14 +390,50 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     if spec.multi_agent:
         _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})
+    _apply_algorithm_sections(spec, config, overrides)
+    _encode_nested_observations(spec, config, observation_space)
+    return config
+
+
+def _apply_algorithm_sections(spec: LearnerSpec, config: Any, overrides: dict) -> None:
+    """The sections that say how the algorithm learns and reports, online or offline alike."""
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
     _apply(spec, "training", config.training,
            {k: tuple(v) if k in TUPLE_KEYS and isinstance(v, list) else v for k, v in spec.training.items()})
     _apply(spec, "learners", config.learners, {**spec.learners, **overrides.get("learners", {})})
     _apply(spec, "reporting", config.reporting, spec.reporting)
     _apply(spec, "fault_tolerance", config.fault_tolerance, spec.fault_tolerance)
+    _apply(spec, "evaluation", config.evaluation, spec.evaluation)
     if spec.model:
         config.rl_module(model_config=DefaultModelConfig(**spec.model))
-    _encode_nested_observations(spec, config, observation_space)
+
+
+def _offline_config(spec: LearnerSpec, config: Any, offline_data: dict, overrides: dict) -> Any:
+    """The config of an algorithm that trains from recorded data (``offline_data.input_``), not from runners.
+
+    No runner listens: the data is read with Ray Data from ``input_`` (a
+    recording folder, or a list of them; relative paths are taken from the
+    current folder, since Ray's workers start elsewhere). With
+    ``spaces.from_env`` RLlib's own evaluation runners step that gymnasium
+    env, so ``evaluation`` measures the return of what was learned.
+
+    Raises:
+        ConfigFileError: ``input_`` is not a folder or a list of them, or RLlib refuses a value.
+    """
+    where = spec.where("offline_data", OFFLINE_INPUT_KEY)
+    paths = offline_data[OFFLINE_INPUT_KEY]
+    paths = [paths] if isinstance(paths, str) else paths
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ConfigFileError(f"{where}: offline_data.input_ must be a folder or a list of folders")
+    offline_data[OFFLINE_INPUT_KEY] = [p if "://" in p else str(Path(p).resolve()) for p in paths]
+    if "from_env" in spec.spaces:
+        config.environment(env=spec.spaces["from_env"])
+    else:
+        observation_space, action_space = resolve_spaces(spec)
+        config.environment(observation_space=observation_space, action_space=action_space)
+    _apply(spec, "offline_data", config.offline_data, offline_data)
+    _apply_algorithm_sections(spec, config, overrides)
     return config
 
 

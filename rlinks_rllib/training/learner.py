@@ -15,15 +15,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from . import quiet
 from .config_file import build_algorithm_config, load_spec
 from .files import write_json_whole
+from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
 from .report import format_row, plot_curve, row_from_result, write_csv
 from .timings import IterationTimes
 
-__all__ = ["LearnerOptions", "run_learner", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
+__all__ = ["LearnerOptions", "run_learner", "announce_runners", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
 
 logger = logging.getLogger("rlinks_rllib.learner")
 
@@ -48,6 +49,8 @@ class LearnerOptions:
     checkpoint_every: int = 0
     output: str = "runs/latest"
     resume: Optional[str] = None
+    #: A recording to train from (an offline algorithm's ``offline_data.input_``).
+    input: Optional[str] = None
 
 
 def _overrides(opts: LearnerOptions) -> dict:
@@ -59,7 +62,8 @@ def _overrides(opts: LearnerOptions) -> dict:
         learners = {"num_learners": opts.gpu_num, "num_gpus_per_learner": 1 if opts.gpu_num else 0}
     if opts.num_learners is not None:
         learners["num_learners"] = opts.num_learners
-    return {"rlinks": rlinks, "env_runners": env_runners, "learners": learners}
+    offline_data = {} if opts.input is None else {"input_": opts.input}
+    return {"rlinks": rlinks, "env_runners": env_runners, "learners": learners, "offline_data": offline_data}
 
 
 def _logical_cpus(config) -> int:
@@ -70,7 +74,7 @@ def _logical_cpus(config) -> int:
     runners = int(config.num_env_runners or 0) * cpus(config.num_cpus_per_env_runner)
     learners = max(1, int(config.num_learners or 0)) * cpus(config.num_cpus_per_learner)
     aggregators = int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) * max(1, int(config.num_learners or 0))
-    return int(runners + learners + aggregators) + 1
+    return int(runners + learners + aggregators) + cpus_for_reading(config) + 1
 
 
 def _init_ray(config) -> None:
@@ -152,22 +156,111 @@ def _write_endpoints(output: Path, addresses: list[tuple[int, str, int]]) -> Non
     write_json_whole(output / "endpoints.json", [{"worker_index": i, "host": h, "port": p} for i, h, p in addresses])
 
 
+def announce_runners(algo, output: Path, on_ready: Optional[Callable], print_fn: Callable[[str], None]):
+    """Start the directory, say where simulators connect, write ``endpoints.json`` (and ``directory.json``).
+
+    Returns every runner's ``(worker_index, host, port)`` and the directory
+    (``None`` without remote runners), after calling ``on_ready`` with them.
+    """
+    from ..server.env_runner import runner_addresses
+
+    addresses = runner_addresses(algo)
+    directory = _start_directory(algo, addresses, print_fn)
+    if directory is None:
+        print_fn("simulators connect to:")
+    _write_endpoints(output, addresses)
+    if directory is not None:
+        host, port = directory.public_address
+        write_json_whole(output / "directory.json", {"host": host, "port": port}, indent=None)
+    for index, host, port in addresses:
+        print_fn(f"  runner {index}: {host}:{port}")
+    if on_ready is not None:
+        on_ready(addresses, directory.public_address if directory is not None else None)
+    return addresses, directory
+
+
+class _StoppedWaiting(Exception):
+    """SIGTERM came while RLlib waited for an iteration's first env steps: the iteration is dropped."""
+
+
 @contextlib.contextmanager
-def _sigterm_sets(flag: threading.Event) -> Iterator[None]:
+def _sigterm_sets(flag: threading.Event, algo: Any = None) -> Iterator[None]:
     """While inside, SIGTERM sets ``flag`` instead of ending the process (main thread only).
 
     ``ray job stop`` sends SIGTERM: the learner then finishes the iteration
     under way, so every batch its runners confirmed to clients is trained
-    and in the checkpoint it writes before exiting.
+    and in the checkpoint it writes before exiting. That iteration ends
+    after its next training step (:func:`_iteration_minimums`), whatever
+    steps it still wanted (SAC's and DQN's want 100 and 1,000). And where
+    RLlib's sampling loop has not had a single env step yet, which it would
+    wait for forever with no simulator connected, the iteration is dropped
+    there (:class:`_StoppedWaiting`): nothing of it was sampled, so nothing
+    is lost. Until the loop gets there, the signal is delivered again every
+    ``_NUDGE_S`` seconds to look again.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, lambda *_: flag.set())
+    done = threading.Event()
+    nudger = threading.Thread(target=_nudge, args=(done,), name="rlinks-sigterm-nudge", daemon=True)
+
+    def on_sigterm(_signum: int, frame: Any) -> None:
+        if not flag.is_set():
+            flag.set()
+            if algo is not None:
+                _iteration_minimums(algo.config, _NO_MINIMUMS)
+            nudger.start()
+        if _waiting_for_first_steps(frame):
+            raise _StoppedWaiting()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    kept = _iteration_minimums(algo.config, None) if algo is not None else None
     try:
         yield
     finally:
+        done.set()
+        if nudger.is_alive():
+            nudger.join()  # before the old handler is back: a late nudge must not end the process
         signal.signal(signal.SIGTERM, previous)
+        if kept is not None:
+            _iteration_minimums(algo.config, kept)  # the checkpoint keeps the config's own
+
+
+#: How often a SIGTERM the training loop could not act on yet is delivered again.
+_NUDGE_S = 0.5
+
+
+def _nudge(done: threading.Event) -> None:
+    while not done.wait(_NUDGE_S):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _waiting_for_first_steps(frame: Any) -> bool:
+    """Whether ``frame`` is inside RLlib's ``synchronous_parallel_sample`` before its first env step."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "synchronous_parallel_sample" and "rllib" in code.co_filename:
+            return frame.f_locals.get("agent_or_env_steps") == 0
+        frame = frame.f_back
+    return False
+
+
+#: RLlib's settings that keep an iteration going (``Algorithm.train`` repeats its training step until all are met).
+_MINIMUMS = ("min_time_s_per_iteration", "min_sample_timesteps_per_iteration", "min_train_timesteps_per_iteration")
+_NO_MINIMUMS = dict.fromkeys(_MINIMUMS, 0)
+
+
+def _iteration_minimums(config: Any, values: Optional[dict]) -> dict:
+    """The config's iteration minimums; with ``values``, set them first.
+
+    The config is frozen once the algorithm is built; RLlib reads these three
+    anew before every repeat of the training step, so setting them past the
+    freeze is how an iteration is cut short without touching anything else.
+    """
+    if values is not None:
+        for name, value in values.items():
+            object.__setattr__(config, name, value)
+    return {name: getattr(config, name) for name in _MINIMUMS}
 
 
 def run_learner(
@@ -189,16 +282,18 @@ def run_learner(
         ConfigFileError: the config file or an override is invalid.
     """
     quiet.install()  # before RLlib is imported: it warns as it loads
-    from ..server.env_runner import runner_addresses
-
     spec = load_spec(opts.config)
     config = build_algorithm_config(spec, overrides=_overrides(opts))
     stop_reward = opts.stop_reward if opts.stop_reward is not None else spec.stop.get("reward")
     stop_iters = opts.stop_iters if opts.stop_iters is not None else int(spec.stop.get("iters", 100))
     output = Path(opts.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
+    offline = is_offline(config)
+    inputs = check_inputs(config) if offline else []
 
     _init_ray(config)
+    if offline:
+        quiet_reading()
     with quiet.stderr_without_known_lines():  # where RLlib makes its runners (Ray's C++ warns then)
         algo = config.build_algo()
     directory = None
@@ -206,23 +301,16 @@ def run_learner(
         if opts.resume:
             algo.restore_from_path(str(Path(opts.resume).resolve()))
             print_fn(f"resumed from {opts.resume}")
-        addresses = runner_addresses(algo)
-        print_fn(f"{spec.algorithm} learner ready")
-        directory = _start_directory(algo, addresses, print_fn)
-        if directory is None:
-            print_fn("simulators connect to:")
-        _write_endpoints(output, addresses)
-        if directory is not None:
-            host, port = directory.public_address
-            write_json_whole(output / "directory.json", {"host": host, "port": port}, indent=None)
-        for index, host, port in addresses:
-            print_fn(f"  runner {index}: {host}:{port}")
-        if on_ready is not None:
-            on_ready(addresses, directory.public_address if directory is not None else None)
+        if offline:
+            addresses = []
+            print_fn(f"{spec.algorithm} learner ready, training from {', '.join(inputs)}")
+        else:
+            print_fn(f"{spec.algorithm} learner ready")
+            addresses, directory = announce_runners(algo, output, on_ready, print_fn)
 
         rows: list[dict] = []
         terminated = threading.Event()
-        with _sigterm_sets(terminated):
+        with _sigterm_sets(terminated, algo):
             rows = _train(algo, opts, rows, directory, addresses, output, stop_reward, stop_iters, terminated,
                           print_fn)
         reached = stop_reward is None or bool(rows) and rows[-1]["episode_return_mean"] >= stop_reward
@@ -244,6 +332,7 @@ def run_learner(
     finally:
         if directory is not None:
             directory.stop()
+        close_reader(algo)
         algo.stop()
 
 
@@ -254,8 +343,13 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
     started = time.monotonic()
     times = IterationTimes()
     for iteration in range(1, stop_iters + 1):
-        result = algo.train()
-        runners = _live_runners(algo)
+        try:
+            result = algo.train()
+        except _StoppedWaiting:
+            break  # SIGTERM before this iteration sampled anything
+        if is_offline(algo.config):
+            result = result_for_report(result)  # the return of RLlib's evaluation runners
+        runners = _live_runners(algo) if algo.env_runner_group is not None else []
         if directory is not None:
             directory.update(runners)
             _note_moves(addresses, runners, output, print_fn)
