@@ -1,0 +1,83 @@
+"""A learner with no simulator stops on SIGTERM (``ray job stop``), checkpoints, and the checkpoint resumes.
+
+SAC's and DQN's iterations wait for 100 and 1,000 env steps; a learner no
+simulator reached used to sit in its first iteration past SIGTERM until it
+was killed. Each learner here runs in a session of its own, so the test can
+see that nothing it started outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import RLINKS, ROOT
+from rlinks_rllib.training.learner import EXIT_TERMINATED
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+#: Bounds of the waits (generous for a loaded 2-core machine; what it took is printed).
+READY_S = 180
+STOP_S = 60
+
+
+def _session(pid: int) -> list[int]:
+    """The processes still in session ``pid`` (those the learner started and left behind)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except ProcessLookupError:
+                continue
+    return found
+
+
+def _learner_until_sigterm(tmp_path: Path, config: str, *extra: str) -> tuple[int, float, str]:
+    """Start ``rlinks learner``, SIGTERM it once it trains; ``(exit code, seconds to exit, output)``."""
+    log_path = tmp_path / f"{config}-{len(list(tmp_path.glob('*.log')))}.log"
+    with open(log_path, "w+") as log:
+        learner = subprocess.Popen([*RLINKS, "learner", "--config", config, "--port", "0", "--stop-iters", "1000",
+                                    "--output", str(tmp_path / "run"), *extra],
+                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + READY_S
+            while "simulators connect to" not in log_path.read_text():
+                assert learner.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the learner never listened"
+                time.sleep(0.2)
+            time.sleep(2.0)  # inside its first iteration, which no simulator will fill
+            sent = time.monotonic()
+            learner.send_signal(signal.SIGTERM)
+            code = learner.wait(STOP_S)
+            took = time.monotonic() - sent
+        finally:
+            if learner.poll() is None:
+                os.killpg(learner.pid, signal.SIGKILL)
+                learner.wait(10)
+        deadline = time.monotonic() + 30
+        while _session(learner.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _session(learner.pid)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"the learner left {len(left)} process(es) behind"
+        return code, took, log_path.read_text()
+
+
+@pytest.mark.parametrize("config", ["sac_pendulum", "dqn_cartpole", "ppo_cartpole"])
+def test_a_learner_no_simulator_reached_stops_on_sigterm_with_a_checkpoint(tmp_path, config):
+    code, took, out = _learner_until_sigterm(tmp_path, config)
+    assert code == EXIT_TERMINATED, out[-3000:]
+    assert "terminated (SIGTERM) after" in out and (tmp_path / "run" / "checkpoint").is_dir(), out[-3000:]
+    print(f"\n{config}: stopped {took:.1f} s after SIGTERM with no simulator connected")
+    if config == "sac_pendulum":
+        code, took, out = _learner_until_sigterm(tmp_path, config, "--resume", str(tmp_path / "run" / "checkpoint"))
+        assert code == EXIT_TERMINATED and "resumed from" in out, out[-3000:]
+        print(f"{config}: resumed from its checkpoint, stopped {took:.1f} s after the second SIGTERM")
