@@ -204,6 +204,20 @@ def test_over_websocket_to_a_runner_and_through_the_directory(node, secret_file)
     assert steps_in == 2 * 3 * UPDATE_STEPS
 
 
+def test_tls_and_wss_with_the_secret(node, certs, secret_file):
+    """tls:// (node:tls) and wss:// (ws) to a runner with a certificate and the shared secret (SECURITY.md)."""
+    settings = dict(tls_cert_file=certs["server"], tls_key_file=certs["server_key"], auth_secret_file=secret_file)
+    with FakeLearner(**settings) as learner:
+        results = [cartpole(node, "--address", f"{scheme}://localhost:{learner.port}", "--max-steps", "100",
+                            "--ca-file", certs["ca"], "--secret-file", secret_file) for scheme in ("tls", "wss")]
+        untrusted = cartpole(node, "--address", f"tls://localhost:{learner.port}", "--max-steps", "10",
+                             "--secret-file", secret_file, "--retry-attempts", "1")
+    for result in results:
+        assert result.returncode == 0, result.stderr
+        assert summary_of(result.stdout)["steps_acked"] == UPDATE_STEPS
+    assert untrusted.returncode == 1 and "certificate" in untrusted.stderr, untrusted.stderr
+
+
 # ----------------------------------------------------------------------
 # Against scripted peers: drops, resends, errors
 

@@ -236,7 +236,7 @@ export declare class LocalPolicy {
 // Transports and the client (section 6)
 
 export interface Address {
-  readonly scheme: "tcp" | "ws" | "wss";
+  readonly scheme: "tcp" | "tls" | "ws" | "wss";
   readonly host: string;
   readonly port: number;
   readonly path: string;
@@ -253,7 +253,13 @@ export declare abstract class Transport {
   sendMessage(message: Message, timeoutMs: number): Promise<void>;
   close(): void;
 }
-export declare function openTransport(address: Address, options: { connectTimeoutMs: number; maxFrameBytes: number }): Promise<Transport>;
+export interface TlsOptions {
+  /** PEM: the CA to check the server with (default: the system's), a client certificate and its key. */
+  ca?: string | Uint8Array;
+  cert?: string | Uint8Array;
+  key?: string | Uint8Array;
+}
+export declare function openTransport(address: Address, options: { connectTimeoutMs: number; maxFrameBytes: number; tls?: TlsOptions }): Promise<Transport>;
 
 export interface ClientOptions {
   /** Any one wait: a reply (on-policy: the training step included), the server taking a message. */
@@ -272,6 +278,8 @@ export interface ClientOptions {
   maxFrameBytes?: number;
   /** The learner's shared secret (at least 16 bytes); null: no authentication. */
   secret?: string | Uint8Array | null;
+  /** For tls:// and (under Node) wss://. */
+  tls?: TlsOptions;
   agent?: string;
   warn?: (text: string) => void;
 }

@@ -37,6 +37,9 @@ CartPole-v1 training with an RLlib learner over RLlink.
   --served-actions       the learner computes the actions (served_actions): send
                          observations, get actions; no network here
   --secret-file PATH     shared secret for an authenticating learner (or set RLINKS_SECRET)
+  --ca-file, --cert-file, --key-file PATH
+                         TLS (tls:// and wss://): CA to check the server with;
+                         client certificate and key
   --fragment-steps N     steps per batch when the server doesn't say (RLlib's own
                          server; default 500)
   --activation NAME      hidden activation when the server doesn't say (default tanh)
@@ -55,6 +58,9 @@ const { values: args } = parseArgs({
     "off-policy": { type: "boolean", default: false },
     "served-actions": { type: "boolean", default: false },
     "secret-file": { type: "string" },
+    "ca-file": { type: "string" },
+    "cert-file": { type: "string" },
+    "key-file": { type: "string" },
     "fragment-steps": { type: "string", default: "500" },
     activation: { type: "string", default: "tanh" },
     help: { type: "boolean", default: false },
@@ -65,9 +71,16 @@ if (args.help) {
   process.exit(0);
 }
 
-async function readSecret() {
-  if (args["secret-file"]) return (await import("node:fs")).readFileSync(args["secret-file"]);
+const { readFileSync } = await import("node:fs");
+
+function readSecret() {
+  if (args["secret-file"]) return readFileSync(args["secret-file"]);
   return process.env.RLINKS_SECRET || null;
+}
+
+function readCertificates() {
+  const files = { ca: args["ca-file"], cert: args["cert-file"], key: args["key-file"] };
+  return Object.fromEntries(Object.entries(files).filter(([, path]) => path).map(([name, path]) => [name, readFileSync(path)]));
 }
 
 const maxSteps = Number(args["max-steps"]);
@@ -94,7 +107,8 @@ const client = new EnvClient(args.address, {
   shutdownGraceMs: 1000 * Number(args["shutdown-grace"]),
   onPolicy: args["off-policy"] ? false : null,
   inference: args["served-actions"] ? "served" : "auto",
-  secret: await readSecret(),
+  secret: readSecret(),
+  tls: readCertificates(),
   // Only for RLlib's own server, which describes itself as a pickle this client never reads:
   actionSpace: new DiscreteSpace(2),
   rolloutFragmentLength: Number(args["fragment-steps"]),

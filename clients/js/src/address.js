@@ -1,13 +1,14 @@
 /**
  * Where a client connects: `host:port` or `tcp://host:port` (plain RLlink over TCP, Node only),
- * `ws://host:port[/path]` or `wss://...` (RLlink over WebSocket, browsers and Node).
+ * `tls://host:port` (the same over TLS, Node only), `ws://host:port[/path]` or `wss://...` (RLlink over
+ * WebSocket, browsers and Node).
  */
 
 import { UsageError } from "./errors.js";
 
-const SCHEMES = new Set(["tcp", "ws", "wss"]);
+const SCHEMES = new Set(["tcp", "tls", "ws", "wss"]);
 
-/** @returns {{scheme: "tcp"|"ws"|"wss", host: string, port: number, path: string, toString(): string}} */
+/** @returns {{scheme: "tcp"|"tls"|"ws"|"wss", host: string, port: number, path: string, toString(): string}} */
 export function parseAddress(text) {
   if (typeof text !== "string" || !text) throw new UsageError("an address is 'host:port', 'tcp://host:port' or 'ws://host:port'");
   let scheme = "tcp";
@@ -18,7 +19,7 @@ export function parseAddress(text) {
     rest = text.slice(sep + 3);
   }
   if (!SCHEMES.has(scheme)) {
-    throw new UsageError(`unknown scheme '${scheme}' in ${JSON.stringify(text)}: use tcp://, ws:// or wss:// (tls:// is not supported by this client yet)`);
+    throw new UsageError(`unknown scheme '${scheme}' in ${JSON.stringify(text)}: use tcp://, tls://, ws:// or wss://`);
   }
   const slash = rest.indexOf("/");
   const path = slash >= 0 ? rest.slice(slash) : "/";

@@ -52,6 +52,8 @@ const DEFAULTS = {
   extensions: DEFAULT_EXTENSIONS,
   maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
   secret: null,
+  /** PEM for tls:// and (under Node) wss://: {ca, cert, key}; the system's CAs when not given. */
+  tls: {},
   agent: `rlinks-js/${VERSION}`,
   warn: (text) => console.warn(`rlinks: ${text}`),
 };
@@ -67,7 +69,7 @@ function randomHex(bytes) {
 
 export class Client {
   /**
-   * @param {string} address `host:port`, `tcp://host:port` or `ws://host:port` (a runner, or the learner's directory)
+   * @param {string} address `host:port`, `tls://host:port`, `ws://host:port` or `wss://host:port` (a runner, or the learner's directory)
    * @param {Partial<typeof DEFAULTS>} [options]
    * @throws {UsageError} bad options
    */

@@ -140,14 +140,15 @@ export class Transport {
 
 /**
  * Open a transport to `address` (see address.js) and return it once connected.
- * @param {{connectTimeoutMs: number, maxFrameBytes: number}} options
+ * @param {{connectTimeoutMs: number, maxFrameBytes: number, tls?: {ca?, cert?, key?}}} options `tls`: PEM
+ *   for tls:// and (under Node) wss://: the CA to check the server with, a client certificate and its key
  * @throws {ConnectionLost} the connection could not be made
  * @throws {UsageError} a transport this environment lacks (TCP in a browser)
  */
 export async function openTransport(address, options) {
-  if (address.scheme === "tcp") {
+  if (address.scheme === "tcp" || address.scheme === "tls") {
     if (typeof process === "undefined" || !process.versions?.node) {
-      throw new UsageError(`${address} is plain TCP, which a browser can't open: connect to ws://HOST:PORT instead`);
+      throw new UsageError(`${address} is a TCP stream, which a browser can't open: connect to ws://HOST:PORT (or wss://) instead`);
     }
     const { TcpTransport } = await import("./transport_tcp.js");
     return TcpTransport.open(address, options);

@@ -1,6 +1,7 @@
-/** RLlink over plain TCP (Node's `node:net`): the byte stream of 8-digit frames. */
+/** RLlink over TCP (Node's `node:net`), or TLS 1.2+ for tls:// (`node:tls`): the byte stream of 8-digit frames. */
 
 import net from "node:net";
+import tls from "node:tls";
 
 import { ConnectionLost, ProtocolError } from "./errors.js";
 import { encodeHeader, FrameDecoder } from "./framing.js";
@@ -35,10 +36,19 @@ export class TcpTransport extends Transport {
     socket.on("close", () => this._closed(new ConnectionLost(`${address} closed the connection`)));
   }
 
-  /** Connect, within `connectTimeoutMs`. */
-  static open(address, { connectTimeoutMs, maxFrameBytes }) {
+  /** Connect (and finish the TLS handshake for tls://), within `connectTimeoutMs`. */
+  static open(address, { connectTimeoutMs, maxFrameBytes, tls: certificates = {} }) {
+    const secure = address.scheme === "tls";
     return new Promise((resolve, reject) => {
-      const socket = net.connect({ host: address.host, port: address.port });
+      const socket = secure
+        ? tls.connect({
+            host: address.host,
+            port: address.port,
+            servername: net.isIP(address.host) ? undefined : address.host,
+            minVersion: "TLSv1.2",
+            ...certificates,
+          })
+        : net.connect({ host: address.host, port: address.port });
       const timer = setTimeout(() => {
         socket.destroy();
         reject(new ConnectionLost(`could not connect to ${address} within ${connectTimeoutMs / 1000} s`));
@@ -47,7 +57,7 @@ export class TcpTransport extends Transport {
         clearTimeout(timer);
         reject(new ConnectionLost(`could not connect to ${address}: ${error.message}`));
       });
-      socket.once("connect", () => {
+      socket.once(secure ? "secureConnect" : "connect", () => {
         clearTimeout(timer);
         socket.setNoDelay(true);
         resolve(new TcpTransport(address, socket, maxFrameBytes));

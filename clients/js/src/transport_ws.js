@@ -40,11 +40,13 @@ export class WebSocketTransport extends Transport {
     socket.onerror = () => this._closed(new ConnectionLost(`connection to ${address} lost`));
   }
 
-  static async open(address, { connectTimeoutMs, maxFrameBytes }) {
+  static async open(address, { connectTimeoutMs, maxFrameBytes, tls: certificates = {} }) {
     const WebSocket = await webSocketClass();
     const url = `${address.scheme}://${address.host.includes(":") ? `[${address.host}]` : address.host}:${address.port}${address.path}`;
     return new Promise((resolve, reject) => {
-      const socket = new WebSocket(url);
+      // A browser's WebSocket checks wss:// against the system's CAs; the ws package takes ours.
+      const browser = WebSocket === globalThis.WebSocket;
+      const socket = browser ? new WebSocket(url) : new WebSocket(url, { ...certificates, minVersion: "TLSv1.2" });
       socket.binaryType = "arraybuffer";
       const timer = setTimeout(() => {
         socket.close();

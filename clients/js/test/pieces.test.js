@@ -10,13 +10,14 @@ import { makeOffer, parseOffer } from "../src/extensions.js";
 import { decodeMessage, encodeMessageBody } from "../src/framing.js";
 import { makeAct, readActions } from "../src/served.js";
 
-test("addresses: host:port is TCP, ws:// and wss:// WebSocket, anything else refused", () => {
+test("addresses: host:port is TCP, tls:// TLS, ws:// and wss:// WebSocket, anything else refused", () => {
   assert.equal(String(parseAddress("127.0.0.1:5555")), "127.0.0.1:5555");
   assert.equal(parseAddress("tcp://h:1").scheme, "tcp");
+  assert.equal(String(parseAddress("tls://h:1")), "tls://h:1");
   const ws = parseAddress("wss://game.example:443/rlink");
   assert.deepEqual([ws.scheme, ws.host, ws.port, ws.path], ["wss", "game.example", 443, "/rlink"]);
   assert.equal(parseAddress("ws://[::1]:9").host, "::1");
-  for (const bad of ["", "host", "h:0", "h:70000", "tls://h:1", "http://h:1"]) assert.throws(() => parseAddress(bad), UsageError, bad);
+  for (const bad of ["", "host", "h:0", "h:70000", "udp://h:1", "http://h:1"]) assert.throws(() => parseAddress(bad), UsageError, bad);
 });
 
 test("an episode cut at a batch boundary goes on with the same id, the last observation first", () => {
