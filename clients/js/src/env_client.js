@@ -166,6 +166,8 @@ export class EnvClient {
         this._taken[env] = true;
         return action;
       }
+      // A share already complete (want_steps 0: none wanted from us this update) goes before the next step.
+      await this._pace();
       const builder = this._builders[env];
       if (!builder.running) {
         builder.reset(obs);
