@@ -149,6 +149,36 @@ def test_trains_on_policy_with_want_steps_and_acks(node):
     assert any(c["t_started"] > 0 and c["id_"] in ids[:i] for i, c in enumerate(learner.chunks))
 
 
+def test_calls_out_of_order_are_refused_saying_what_to_do(node):
+    with FakeLearner() as learner:
+        said = json.loads(node_eval(node, f"""
+            import {{ EnvClient, UsageError }} from "rlinks-client";
+            const client = new EnvClient("127.0.0.1:{learner.port}", {{ numEnvs: 2, timeoutMs: 10000 }});
+            const refusals = [];
+            const refused = async (call) => {{
+                try {{ await call(); refusals.push(null); }}
+                catch (error) {{ refusals.push(error instanceof UsageError ? error.message : String(error)); }}
+            }};
+            const obs = [0.01, 0.02, 0.03, 0.04];
+            await refused(() => client.report(1, obs));                    // no act() first
+            await client.act(obs);
+            await refused(() => client.act(obs));                          // act() twice
+            await client.report(1, [0.1, 0.1, 0.1, 0.1]);
+            await refused(() => client.act(obs));                          // not the observation reported
+            await refused(() => client.act(obs, 2));                       // no such env
+            await refused(() => client.act([1, 2], 1));                    // the wrong size
+            await client.startEpisode(obs);                                // a new episode there: fine
+            await client.act(obs);
+            await client.close();
+            console.log(JSON.stringify(refusals));
+        """))
+    assert "without its act() first" in said[0]
+    assert "twice without report() between" in said[1]
+    assert "not the observation its last report() gave; call startEpisode(obs)" in said[2]
+    assert "env 2 is not one of 0..1 (numEnvs)" in said[3]
+    assert "needs 4 numbers, got 2" in said[4]
+
+
 def test_several_envs_in_one_client(node):
     with FakeLearner() as learner:
         result = cartpole(node, "--address", f"127.0.0.1:{learner.port}", "--envs", "4", "--max-steps", "800",
