@@ -15,14 +15,16 @@ import torch
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.columns import Columns
 
+from rlinks_rllib.protocol.config import build_config
+from rlinks_rllib.protocol.spaces import describe_space
 from rlinks_rllib.server.forward import ModuleForward, NumpyForward
 
 CARTPOLE = gym.make("CartPole-v1")
 PENDULUM = gym.make("Pendulum-v1")
 
 
-def ppo_module(observation_space, action_space, **model):
-    config = PPOConfig().environment(observation_space=observation_space, action_space=action_space)
+def ppo_module(observation_space, action_space, config=None, **model):
+    config = (config or PPOConfig()).environment(observation_space=observation_space, action_space=action_space)
     if model:
         config = config.rl_module(model_config=model)
     spec = config.get_rl_module_spec(spaces={"default_policy": (observation_space, action_space)},
@@ -30,10 +32,20 @@ def ppo_module(observation_space, action_space, **model):
     return config, spec.build()
 
 
-def numpy_forward(config, module, observation_space, action_space):
-    return NumpyForward.for_module(module, observation_space, action_space, config.model_config,
+def description(config, observation_space, action_space):
+    """What the runner's SET_CONFIG says of its model (the part a client policy is picked by)."""
+    model = config.model_config if isinstance(config.model_config, dict) else dict(config.model_config)
+    return build_config(algorithm="X", observation_space=describe_space(observation_space),
+                        action_space=describe_space(action_space), rollout_fragment_length=1, on_policy=False,
+                        model_config={k: v for k, v in model.items()
+                                      if isinstance(v, (int, float, str, bool, list, type(None)))},
+                        weights_layout={}, server="test")
+
+
+def numpy_forward(config, module, observation_space, action_space, **kwargs):
+    return NumpyForward.for_module(module, description(config, observation_space, action_space),
                                    normalize_actions=bool(config.normalize_actions),
-                                   clip_actions=bool(config.clip_actions))
+                                   clip_actions=bool(config.clip_actions), **kwargs)
 
 
 @pytest.mark.parametrize("env", [CARTPOLE, PENDULUM], ids=["discrete", "box"])
@@ -90,3 +102,22 @@ def test_a_module_whose_outputs_differ_from_numpys_keeps_the_torch_path():
     config, module = ppo_module(CARTPOLE.observation_space, CARTPOLE.action_space, fcnet_activation="relu")
     lying = PPOConfig().rl_module(model_config={"fcnet_activation": "tanh"})
     assert numpy_forward(lying, module, CARTPOLE.observation_space, CARTPOLE.action_space) is None
+
+
+def test_dqn_is_served_greedy_as_the_module_and_explores_along_the_schedule_at_the_runners_timestep():
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    torch.manual_seed(0)
+    config, module = ppo_module(CARTPOLE.observation_space, CARTPOLE.action_space,
+                                DQNConfig().training(epsilon=[(0, 1.0), (1000, 0.0)]))
+    steps = [0]
+    forward = numpy_forward(config, module, CARTPOLE.observation_space, CARTPOLE.action_space,
+                            timestep=lambda: steps[0])
+    assert isinstance(forward, NumpyForward)
+    obs = np.random.default_rng(1).uniform(-2, 2, (400, 4)).astype(np.float32)
+    with torch.no_grad():
+        greedy = module.forward_inference({Columns.OBS: torch.from_numpy(obs)})[Columns.ACTIONS].numpy()
+    at_start = forward(obs).actions
+    steps[0] = 1000  # epsilon 0 from here: every action the greedy one
+    np.testing.assert_array_equal(forward(obs).actions, greedy)
+    assert (at_start != greedy).sum() > 100  # epsilon 1: about half of them differ

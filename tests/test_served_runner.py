@@ -426,6 +426,40 @@ def test_actions_the_simulator_took_are_recorded_and_untrained_episodes_never_ar
     client.close()
 
 
+def test_dqn_is_served_and_its_episodes_arrive(ray_local):
+    """DQN's module gives actions alone; the runner serves it in numpy (QPolicy), exploring along the schedule."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    from rlinks_rllib import RLinkEnvRunner
+
+    config = (
+        DQNConfig()
+        .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
+                     env_config={"port": 0})
+        .env_runners(num_env_runners=0, sample_timeout_s=4.0, rollout_fragment_length=8)
+    )
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    try:
+        client = ServedClient(runner.address)
+        assert "served_actions" in client.handshake.extensions
+        envs = CartPoles(4, seed=5)
+        everyone = np.ones(4, bool)
+        answer = client.act(range(4), envs.reset(everyone), np.zeros(4), everyone, ~everyone, ~everyone)
+        for _ in range(10):
+            obs, reward, terminated, truncated = envs.step(np.asarray(answer.actions))
+            done = terminated | truncated
+            rows = list(range(4)) + list(np.flatnonzero(done))
+            answer = client.act(rows, np.concatenate([obs, envs.reset(done)]), np.concatenate([reward, 0 * reward[done]]),
+                                np.concatenate([~everyone, done[done]]), np.concatenate([terminated, ~done[done]]),
+                                np.concatenate([truncated, ~done[done]]))
+            assert set(np.asarray(answer.actions).tolist()) <= {0, 1}
+        client.close()  # its open episodes are cut where they stand
+        steps = [_steps(runner.sample()) for _ in range(6)]  # off-policy: a fragment (8 steps) per sample()
+        assert sum(steps) == 40, steps
+    finally:
+        runner.stop()
+
+
 def _good_start(client: ServedClient, n: int = 1, steps: int = 0) -> None:
     """Start ``n`` envs and report ``steps`` steps of each."""
     envs = CartPoles(n, seed=7)

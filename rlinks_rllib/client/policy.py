@@ -120,6 +120,14 @@ class Policy(abc.ABC):
         """float32 log-probabilities of *action* rows (the form RLlib trains on) as :meth:`_sample` draws them."""
         return log_prob(self.action_space, logits, action, squashed=self.squashed)
 
+    def log_prob_of(self, logits: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """float32 log-probabilities of *action* rows (the form RLlib trains on) under *logits*, as this policy acts.
+
+        For a runner that computed the logits already and records an action
+        a simulator took itself.
+        """
+        return self._log_prob(logits, action)
+
     @property
     def squashed(self) -> bool:
         """Whether Box actions come from RLlib's squashed Gaussian (SAC's), in ``[-1, 1]``."""

@@ -423,21 +423,28 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if not self.settings.served_actions or self._multi_agent is not None:
             return None  # served actions are single-agent only
         obs_space, action_space = self.config.observation_space, self.config.action_space
-        reason = served_actions_unsupported(obs_space, action_space, self.module)
-        if reason is not None:
-            logger.info("RLinkEnvRunner %d does not serve actions: %s", self.worker_index, reason)
-            return None
         normalize, clip = bool(self.config.normalize_actions), bool(self.config.clip_actions)
-        # RLlib's default MLP runs in numpy, on the loop thread; any other module in torch, on a thread of its own.
-        self._forward = NumpyForward.for_module(self.module, obs_space, action_space, self.config.model_config,
-                                                normalize_actions=normalize, clip_actions=clip)
-        if self._forward is not None:
-            logger.debug("RLinkEnvRunner %d serves actions from RLlib's default MLP in numpy", self.worker_index)
-        else:
-            runners = max(1, int(self.config.num_env_runners or 0))
+        runners = max(1, int(self.config.num_env_runners or 0))
+
+        def timestep() -> int:  # as SingleAgentEnvRunner estimates the global step count
+            return self.num_env_steps_sampled_lifetime * runners
+
+        # RLlib's default MLP (DQN's too) runs in numpy, on the loop thread, as the runner's own clients
+        # would run it; any other module in torch, on a thread of its own.
+        reason = served_actions_unsupported(obs_space, action_space, self.module, probe=False)
+        if reason is None:
+            message = self._config_message()  # its description, even beside RLlib's pickle (unsafe_pickle_config)
+            self._forward = NumpyForward.for_module(self.module, message.get("rlinks_config", message["config"]),
+                                                    normalize_actions=normalize, clip_actions=clip, timestep=timestep)
+        if self._forward is None:
+            reason = served_actions_unsupported(obs_space, action_space, self.module)
+            if reason is not None:
+                logger.info("RLinkEnvRunner %d does not serve actions: %s", self.worker_index, reason)
+                return None
             self._forward = ModuleForward(self.module, action_space, normalize_actions=normalize, clip_actions=clip,
-                                          # As SingleAgentEnvRunner estimates the global step count.
-                                          timestep=lambda: self.num_env_steps_sampled_lifetime * runners)
+                                          timestep=timestep)
+        else:
+            logger.debug("RLinkEnvRunner %d serves actions from RLlib's default MLP in numpy", self.worker_index)
         discrete = isinstance(action_space, gym.spaces.Discrete)
         check_taken = TakenActionCheck(action_space)
         return ServedPolicy(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -37,8 +37,9 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
 from ..client.mlp import UnsupportedModelError
-from ..client.policy import NumpyPolicy
-from ..client.sampling import log_prob
+from ..client.policy import Policy
+from ..client.policy_choice import policy_for
+from ..client.q_policy import QPolicy
 from .inference import InferenceResult
 
 __all__ = ["ModuleForward", "NumpyForward", "served_actions_unsupported"]
@@ -51,12 +52,15 @@ _MATCH_ATOL = 1e-4
 _MATCH_ROWS = 16
 
 
-def served_actions_unsupported(observation_space: gym.Space, action_space: gym.Space, module: Any) -> Optional[str]:
+def served_actions_unsupported(observation_space: gym.Space, action_space: gym.Space, module: Any, *,
+                               probe: bool = True) -> Optional[str]:
     """Why this runner can't serve actions; ``None`` if it can.
 
-    Besides the spaces and the module's kind, one exploration forward pass of
-    a sample observation must give the ``action_dist_inputs`` the episodes
-    need (a module that outputs actions alone, such as DQN's, does not).
+    Besides the spaces and the module's kind, with ``probe`` (the torch path:
+    :class:`ModuleForward`) one exploration forward pass of a sample
+    observation must give the ``action_dist_inputs`` the episodes need (a
+    module that outputs actions alone, such as DQN's, does not; DQN's default
+    module is served by :class:`NumpyForward` instead).
     """
     if not isinstance(observation_space, gym.spaces.Box):
         return f"the observation space is {type(observation_space).__name__}, not a Box"
@@ -66,6 +70,8 @@ def served_actions_unsupported(observation_space: gym.Space, action_space: gym.S
         return f"the module is {type(module).__name__}, not a torch module"
     if module.is_stateful():
         return "the module is stateful (recurrent); served actions carry no state"
+    if not probe:
+        return None
     try:
         with torch.no_grad():
             out = module.forward_exploration({Columns.OBS: _model_input(observation_space.sample()[None])}, t=0)
@@ -162,46 +168,50 @@ class ModuleForward:
 class NumpyForward:
     """Actions from RLlib's default MLP run in numpy: the :data:`~.inference.Forward` of a runner that has one.
 
-    Built by :meth:`for_module`, which returns ``None`` unless NumpyPolicy
-    gives the module's own ``action_dist_inputs`` on sample observations. The
-    weights and their version are swapped together, as one reference, so a
-    batch never mixes versions (no lock: the loop thread computes, RLlib's
-    thread swaps).
+    Built by :meth:`for_module` with the policy the runner's own clients
+    would pick (:func:`~rlinks_rllib.client.policy_choice.policy_for`:
+    NumpyPolicy for PPO, APPO, IMPALA and SAC, QPolicy for DQN, which then
+    explores along the config's epsilon schedule at the runner's timestep),
+    and only when it computes what the module computes on sample
+    observations. The weights and their version are swapped together, as one
+    reference, so a batch never mixes versions (no lock: the loop thread
+    computes, RLlib's thread swaps).
 
     Raises (from a call):
-        ValueError: the logits are not finite (a broken model; the clients
-            waiting for the batch get ``server_error``).
+        ValueError: the network's outputs are not finite (a broken model; the
+            clients waiting for the batch get ``server_error``).
     """
 
     inline = True
 
-    def __init__(self, module: Any, policy: NumpyPolicy, options: dict) -> None:
+    def __init__(self, module: Any, description: Mapping[str, Any], policy: Policy, options: dict,
+                 timestep: Callable[[], int]) -> None:
         self.module = module
+        self._description = description
         self._options = options
+        self._timestep = timestep
         self._current = (policy, 0)
 
     @classmethod
-    def for_module(cls, module: Any, observation_space: gym.Space, action_space: gym.Space,
-                   model_config: Any, *, normalize_actions: bool, clip_actions: bool) -> Optional["NumpyForward"]:
-        """A NumpyForward that computes what ``module`` computes, or ``None`` (with the reason logged at debug)."""
-        model = dict(model_config or {})
-        options = dict(fcnet_activation=model.get("fcnet_activation", "tanh"),
-                       head_fcnet_activation=model.get("head_fcnet_activation", "relu"),
-                       normalize_actions=normalize_actions, clip_actions=clip_actions)
-        params = _numpy(module.get_state(inference_only=True))
+    def for_module(cls, module: Any, description: Mapping[str, Any], *, normalize_actions: bool,
+                   clip_actions: bool, timestep: Callable[[], int] = lambda: 0) -> Optional["NumpyForward"]:
+        """A NumpyForward that computes what ``module`` computes, or ``None`` (the reason logged at debug).
+
+        Args:
+            description: the runner's config as ``SET_CONFIG`` describes it
+                to clients (spaces, ``model_config``), without a policy graph.
+            timestep: the global env step count, for DQN's epsilon schedule.
+        """
+        options = dict(normalize_actions=normalize_actions, clip_actions=clip_actions)
         try:
-            policy = NumpyPolicy(params, action_space, **options)
-        except UnsupportedModelError as exc:
+            policy = policy_for(description, _numpy(module.get_state(inference_only=True)), **options)
+        except (UnsupportedModelError, ValueError) as exc:
             logger.debug("served actions run the module in torch: %s", exc)
             return None
-        obs = np.stack([observation_space.sample() for _ in range(_MATCH_ROWS)]).astype(np.float32)
-        with torch.no_grad():
-            expected = module.forward_exploration({Columns.OBS: _model_input(obs)}, t=0)[Columns.ACTION_DIST_INPUTS]
-        got = policy.action_dist_inputs(obs)
-        if got.shape != tuple(expected.shape) or not np.allclose(got, expected.numpy(), atol=_MATCH_ATOL, rtol=1e-4):
-            logger.debug("served actions run the module in torch: NumpyPolicy's outputs differ from the module's")
+        if not _computes_what_the_module_computes(module, policy, description):
+            logger.debug("served actions run the module in torch: the numpy policy's outputs differ from the module's")
             return None
-        return cls(module, policy, dict(action_space=action_space, **options))
+        return cls(module, description, policy, options, timestep)
 
     @property
     def weights_seq_no(self) -> int:
@@ -212,23 +222,22 @@ class NumpyForward:
         """Take new weights (RLlib's thread): the module's, for checkpoints, and the policy's, for actions.
 
         Raises:
-            UnsupportedModelError: the new weights are not the same MLP.
+            UnsupportedModelError: the new weights are not the same network.
         """
         self.module.set_state(module_state)
-        params = _numpy(module_state)
-        options = dict(self._options)
-        policy = NumpyPolicy(params, options.pop("action_space"), **options)
+        policy = policy_for(self._description, _numpy(module_state), **self._options)
         seq_no = self._current[1] if weights_seq_no is None else weights_seq_no
         self._current = (policy, seq_no)
 
     def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """float32 log-probabilities of ``actions`` (as recorded) under the policy's distribution."""
-        policy = self._current[0]
-        return log_prob(policy.action_space, dist_inputs, actions, squashed=policy.squashed)
+        return self._current[0].log_prob_of(dist_inputs, actions)
 
     def __call__(self, obs: np.ndarray) -> InferenceResult:
         started = time.perf_counter()
         policy, seq_no = self._current
+        if isinstance(policy, QPolicy):
+            policy.set_timestep(self._timestep())
         out = policy.compute_actions(obs)
         return InferenceResult(
             actions=out.action,
@@ -238,3 +247,20 @@ class NumpyForward:
             weights_seq_no=seq_no,
             seconds=time.perf_counter() - started,
         )
+
+
+def _computes_what_the_module_computes(module: Any, policy: Policy, description: Mapping[str, Any]) -> bool:
+    """Whether ``policy`` gives ``module``'s distribution inputs (or, for DQN's, its greedy actions)."""
+    space = description["observation_space"]
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-2.0, 2.0, (_MATCH_ROWS, *space["shape"])).astype(np.float32)
+    with torch.no_grad():
+        out = module.forward_inference({Columns.OBS: _model_input(obs)})
+    if Columns.ACTION_DIST_INPUTS in out:
+        expected = out[Columns.ACTION_DIST_INPUTS].numpy()
+        got = policy.action_dist_inputs(obs)
+        return got.shape == expected.shape and bool(np.allclose(got, expected, atol=_MATCH_ATOL, rtol=1e-4))
+    if Columns.ACTIONS in out:
+        greedy = policy.compute_actions(obs, explore=False).action
+        return bool(np.array_equal(greedy, out[Columns.ACTIONS].numpy()))
+    return False
