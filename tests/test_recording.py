@@ -24,7 +24,7 @@ import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from harness import RLINKS, ROOT
-from rlinks_rllib.server.recorder import TEMP_PREFIX, UNTRAINED_DIR, Recorder, episode_columns
+from rlinks_rllib.server.recorder import TEMP_PREFIX, UNTRAINED_DIR, Recorder, episode_columns, read_columns
 
 MB = 1_000_000
 
@@ -132,23 +132,29 @@ def test_rotation_at_the_total_cap_deletes_the_oldest_files_and_counts_them(tmp_
     assert "deletes its oldest files" in caplog.text
 
 
-def test_uint8_images_stay_uint8_and_compress(tmp_path):
-    import ray.data  # noqa: F401 - registers Ray Data's tensor type, as any reader of the recording has
+def test_uint8_images_stay_uint8_and_compress_and_rllibs_reader_gets_arrays(tmp_path, ray_local):
+    from rlinks_rllib.training.offline import arrays_from_raw
 
     image = np.zeros((11, 84, 84, 3), np.uint8)
     image[:, 20:40, 30:50] = 200
+    image[3, 0, 0] = 7
     episode = chunk(10, obs_shape=(84, 84, 3), dtype=np.uint8)
     episode.observations.data[:] = image
     recorder = Recorder(tmp_path, max_file_bytes=10 * MB, max_total_bytes=100 * MB, threaded=False)
     recorder.add([episode])
     recorder.close()
     (path,) = files(tmp_path)
-    table = pq.read_table(path)
-    obs = table.column("obs").combine_chunks().to_numpy()
-    assert obs.dtype == np.uint8 and obs.shape == (10, 84, 84, 3)
-    np.testing.assert_array_equal(obs, image[:-1])
-    np.testing.assert_array_equal(table.column("new_obs").combine_chunks().to_numpy(), image[1:])
+    columns = read_columns(path)
+    assert columns["obs"].dtype == np.uint8 and columns["obs"].shape == (10, 84, 84, 3)
+    np.testing.assert_array_equal(columns["obs"], image[:-1])
+    np.testing.assert_array_equal(columns["new_obs"], image[1:])
     assert path.stat().st_size < image.nbytes / 10  # zstd pages
+    # What RLlib's OfflinePreLearner is given, through rlinks' prelearner: arrays again.
+    batch = ray_local.data.read_parquet(str(tmp_path)).take_batch(10)
+    space = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+    decoded = arrays_from_raw(batch, space)
+    np.testing.assert_array_equal(decoded["obs"], image[:-1])
+    np.testing.assert_array_equal(decoded["new_obs"], image[1:])
 
 
 def test_untrained_episodes_go_where_a_reader_of_the_folder_does_not_look(tmp_path):
