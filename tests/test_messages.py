@@ -280,8 +280,8 @@ def test_minimal_offer():
 
 
 def test_extension_names():
-    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "policy_graph",
-                                             "multi_agent"}
+    assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "served_taken",
+                                             "policy_graph", "multi_agent", "takeover"}
 
 
 @pytest.mark.parametrize(

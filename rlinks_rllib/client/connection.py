@@ -125,7 +125,7 @@ __all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAU
 #: ``served_actions`` costs nothing: a runner that can't serve does not agree.
 DEFAULT_EXTENSIONS = (
     Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value, Extension.SERVED_ACTIONS.value,
-    Extension.SERVED_TAKEN.value,
+    Extension.SERVED_TAKEN.value, Extension.TAKEOVER.value,
 )
 
 _ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
@@ -622,7 +622,7 @@ class RLinkClient:
         return _weights(self._run(what, op, job))
 
     def act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any, *,
-            taken_mask: Any = None, taken: Any = None, train: Any = None) -> ActionsReply:
+            taken_mask: Any = None, taken: Any = None, train: Any = None, takeover: Any = None) -> ActionsReply:
         """Send observations and get the runner's actions (``served_actions``, PROTOCOL.md 10.5).
 
         Columns of one length ``k``, one row per env stepped now. A ``start``
@@ -654,6 +654,8 @@ class RLinkClient:
             train: ``served_taken``: ``(k,)`` booleans, each row's episode is
                 trained on (read on ``start`` rows; give every row its env's
                 setting, so a start row rewritten after a reconnect keeps it).
+            takeover: ``takeover``: ``(k,)`` booleans, the rows of ``taken_mask``
+                where a person or a script acted instead of the policy (10.8).
 
         Returns:
             The actions for the rows that want one, in row order.
@@ -680,7 +682,7 @@ class RLinkClient:
                              "offer it in `extensions`")
         try:
             rows = read_act(act_message(env, obs, reward, start, terminated, truncated, taken_mask=taken_mask,
-                                        taken=taken, train=train))
+                                        taken=taken, train=train, takeover=takeover))
         except InvalidMessage as exc:
             raise ValueError(f"act(): {exc}") from None
         # The caller's mistakes are found here, before anything is sent; a
@@ -693,6 +695,8 @@ class RLinkClient:
             raise self._not_agreed()
         if own and not self._run("act", self._takes_own_actions):
             raise self._not_agreed(Extension.SERVED_TAKEN)
+        if rows.takeover is not None and not self._run("act", self._marks_takeovers):
+            raise self._not_agreed(Extension.TAKEOVER)
 
         def op() -> ActionsReply:
             link = self._live()
@@ -719,6 +723,7 @@ class RLinkClient:
                     rows.terminated[keep], rows.truncated[keep],
                     taken_mask=None if rows.taken_mask is None else rows.taken_mask[keep], taken=taken_rows,
                     train=None if rows.train is None else rows.train[keep],
+                    takeover=None if rows.takeover is None else rows.takeover[keep],
                 )
                 link.write("ACT")
                 answer = link.wait_for(ActionsReceived, "ACTIONS (after our ACT)", hint=_ACT_HINT)
@@ -737,8 +742,15 @@ class RLinkClient:
     def _takes_own_actions(self) -> bool:
         return Extension.SERVED_TAKEN.value in self._require_handshake().extensions
 
+    def _marks_takeovers(self) -> bool:
+        return Extension.TAKEOVER.value in self._require_handshake().extensions
+
     def _not_agreed(self, extension: Extension = Extension.SERVED_ACTIONS) -> NotAgreed:
         who = "plain RLlink (RLlib's own server)" if self.is_plain_rllib else f"agent {self.server_agent!r}"
+        if extension is Extension.TAKEOVER:
+            return NotAgreed(f"{self.address} did not agree to takeover ({who}): it can't keep taken-over steps "
+                             "out of on-policy updates; use log_action to record them as the policy's own",
+                             extension.value)
         if extension is Extension.SERVED_TAKEN:
             return NotAgreed(f"{self.address} did not agree to served_taken: it records only the actions it "
                              f"computes ({who}); run the policy locally to log your own actions", extension.value)

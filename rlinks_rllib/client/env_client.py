@@ -87,6 +87,8 @@ class EnvClientStats:
         mean_return: mean return of the last 100 episodes (summed over agents), NaN before the first.
         weights_seq_no: the weights the last actions were computed with.
         delivery: the connection's counters (batches sent and confirmed, reconnects).
+        takeover_steps: steps reported after :meth:`EnvClient.take_over` (a person or a script acted).
+        takeover_rate: of the steps of the last 100 episodes, the part taken over; NaN before the first.
     """
 
     steps: int
@@ -94,6 +96,8 @@ class EnvClientStats:
     mean_return: float
     weights_seq_no: int
     delivery: ClientStats
+    takeover_steps: int = 0
+    takeover_rate: float = float("nan")
 
 
 class EnvClient:
@@ -176,6 +180,11 @@ class EnvClient:
         self._episode_return: collections.Counter = collections.Counter()
         self._steps = 0
         self._episodes = 0
+        #: Take-overs: envs whose pending action is one, and (taken over, steps) per running and recent episode.
+        self._taking_over: set[int] = set()
+        self._episode_takeovers: dict[int, list[int]] = {}
+        self._takeovers_kept: collections.deque[tuple[int, int]] = collections.deque(maxlen=_RETURNS_KEPT)
+        self._takeover_steps = 0
 
     # -- what the loop reads --------------------------------------------------------------
 
@@ -221,7 +230,11 @@ class EnvClient:
         """A snapshot of the counters; any thread may read it."""
         mean = float(np.mean(self._returns)) if self._returns else float("nan")
         seq_no = self._engine.weights_seq_no if self._engine is not None else 0
-        return EnvClientStats(self._steps, self._episodes, mean, seq_no, self._client.raw.stats)
+        kept = list(self._takeovers_kept)
+        steps = sum(n for _, n in kept)
+        rate = sum(k for k, _ in kept) / steps if steps else float("nan")
+        return EnvClientStats(self._steps, self._episodes, mean, seq_no, self._client.raw.stats,
+                              self._takeover_steps, rate)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -317,7 +330,32 @@ class EnvClient:
         taken = [action] if self._num_envs is None else list(action)
         self._act(obs, env, taken)
 
-    def _act(self, obs: Any, env: Any, taken: Optional[list]) -> Any:
+    def take_over(self, obs: Any, action: Any, env: Any = None) -> None:
+        """Like :meth:`log_action`, but a person or a scripted controller acted instead of the policy.
+
+        The step is recorded with ``action`` as taken and marked a take-over
+        (the ``takeover`` extension, PROTOCOL.md 10.8): off-policy learners
+        (SAC, DQN, APPO) train on it like any other step, on-policy ones (PPO)
+        never do (the runner asks for as many more steps of the policy's own),
+        and it is counted: :attr:`stats` (``takeover_steps``, ``takeover_rate``)
+        here, the take-over rate per episode in the learner's live line,
+        ``progress.csv`` and RLlib's metrics. Report its outcome as usual.
+
+        Raises:
+            NotAgreed: the runner does not speak ``takeover`` (RLlib's own
+                server, an older runner, a multi-agent one).
+            ValueError: an action out of the space; as :meth:`act`.
+        """
+        self._ready()
+        raw = self._client.raw
+        if Extension.TAKEOVER.value not in raw.server_extensions:
+            raise raw._not_agreed(Extension.TAKEOVER)  # noqa: SLF001 - the one wording of this refusal
+        taken = [action] if self._num_envs is None else list(action)
+        envs, _ = self._rows(obs, env)
+        self._act(obs, env, taken, takeover=True)
+        self._taking_over.update(envs)
+
+    def _act(self, obs: Any, env: Any, taken: Optional[list], *, takeover: bool = False) -> Any:
         engine = self._ready()
         envs, rows = self._rows(obs, env)
         if taken is not None and len(taken) != len(envs):
@@ -331,7 +369,9 @@ class EnvClient:
             elif not self._multi_agent and not _same(row, self._last_obs.get(e)):
                 raise ValueError(f"env {e}: act() must take the observation last given to report() "
                                  "(to start a new episode elsewhere, call start_episode() first)")
-        actions = self._call(engine.act, envs, rows, taken)
+        actions = self._call(engine.act, envs, rows, taken, takeover)
+        if not takeover:
+            self._taking_over.difference_update(envs)
         return actions[0] if self._num_envs is None or self._multi_agent else actions
 
     def report(self, reward: Any, obs: Any, terminated: Any = False, truncated: Any = False, env: Any = None) -> None:
@@ -357,6 +397,12 @@ class EnvClient:
                 raise ValueError(f"env {e} has no action to report on: call act() first")
             ended = engine.report(e, r, o, term, trunc)
             self._steps += 1
+            counts = self._episode_takeovers.setdefault(e, [0, 0])
+            counts[1] += 1
+            if e in self._taking_over:
+                self._taking_over.discard(e)
+                counts[0] += 1
+                self._takeover_steps += 1
             self._episode_return[e] += float(sum(r.values())) if self._multi_agent else float(r)
             if ended:
                 self._finish_episode(e)
@@ -504,6 +550,8 @@ class EnvClient:
     def _finish_episode(self, env: int) -> None:
         self._episodes += 1
         self._returns.append(self._episode_return.pop(env, 0.0))
+        self._takeovers_kept.append(tuple(self._episode_takeovers.pop(env, (0, 0))))
+        self._taking_over.discard(env)
         self._last_obs.pop(env, None)
 
 

@@ -83,6 +83,8 @@ class LocalInference:
         self._state: dict[int, dict] = {}
         #: Envs whose running episode is not trained on (acted on, never recorded).
         self._untrained: set[int] = set()
+        #: Envs whose pending action was taken over (a person or a script acted): marked when recorded.
+        self._taken_over: set[int] = set()
         #: Multi-agent: the agents that left an env at its last report (their final observation acts on nothing).
         self._left: dict[int, set[str]] = {}
         self._unsent = 0
@@ -108,6 +110,7 @@ class LocalInference:
         if recorder is None:
             recorder = self._recorders[env] = self._new_recorder()
         self._pending.pop(env, None)
+        self._taken_over.discard(env)
         self._left.pop(env, None)
         recorder.truncate()
         if train:
@@ -118,14 +121,15 @@ class LocalInference:
         if self.stateful:
             self._state[env] = {k: v[0] for k, v in self.policy.initial_state().items()}
 
-    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> Any:
+    def act(self, envs: list[int], rows: list[Any], taken: Any = None, takeover: bool = False) -> Any:
         """Actions for ``rows`` (one observation per env, each env with a running episode): an array
         with one row per env, or a list of ``{agent: action}`` for a multi-agent runner (agents that
         left at the env's last report, whose final observations an env gives once more, get none).
 
         With ``taken`` (one action per row, as the env takes it) the simulator
         chose the actions itself: they are recorded with the policy's
-        log-probability of them and returned as the env takes them.
+        log-probability of them and returned as the env takes them;
+        ``takeover`` marks those steps taken over (the ``takeover`` extension).
 
         Raises:
             TrainingEnded, ConnectionLost, ...: from the pacing's network calls.
@@ -153,6 +157,10 @@ class LocalInference:
             out = self.policy.compute_actions(batch, explore=self._explore)
         for i, env in enumerate(envs):
             self._pending[env] = out.row(i)
+        if takeover:
+            self._taken_over.update(envs)
+        else:
+            self._taken_over.difference_update(envs)
         return out.action_for_env
 
     def report(self, env: int, reward: Any, obs: Any, terminated: Any, truncated: Any) -> bool:
@@ -165,6 +173,8 @@ class LocalInference:
         """
         out = self._pending.pop(env)
         recorder = self._recorders[env]
+        takeover = env in self._taken_over
+        self._taken_over.discard(env)
         if self.multi_agent is not None:
             self._left[env] = {agent for flags in (terminated, truncated) for agent, done in (flags or {}).items()
                                if done and agent != ALL}
@@ -187,7 +197,7 @@ class LocalInference:
             if self.stateful:
                 extra[STATE_OUT] = out.state_out
                 self._state[env] = out.state_out
-            recorder.step(out.action, reward, obs, bool(terminated), bool(truncated), extra)
+            recorder.step(out.action, reward, obs, bool(terminated), bool(truncated), extra, takeover=takeover)
             self._unsent += 1
             ended = bool(terminated) or bool(truncated)
         return ended
@@ -209,6 +219,7 @@ class LocalInference:
         """Cut ``env``'s running episode where it stands (truncated); its data still trains."""
         recorder = self._recorders.get(env)
         self._pending.pop(env, None)
+        self._taken_over.discard(env)
         self._untrained.discard(env)
         if recorder is not None:
             recorder.truncate()

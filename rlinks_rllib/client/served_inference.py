@@ -97,11 +97,12 @@ class ServedInference:
         else:
             self._untrained.add(env)
 
-    def act(self, envs: list[int], rows: list[Any], taken: Any = None) -> np.ndarray:
+    def act(self, envs: list[int], rows: list[Any], taken: Any = None, takeover: bool = False) -> np.ndarray:
         """One ``ACT`` with the rows of ``envs`` (plus the endings reported since the last one).
 
         ``taken``: the actions the simulator takes itself for ``envs`` (as the
         env applies them); the runner records them and answers with them.
+        ``takeover``: those rows are take-overs (the ``takeover`` column).
 
         Raises:
             TrainingEnded, NotAgreed, ServerTimeout, ConnectionLost, ...: from :meth:`RLinkClient.act`
@@ -123,6 +124,8 @@ class ServedInference:
             actions = [np.asarray(a) for a in taken]
             own["taken_mask"] = np.arange(len(call.env)) >= endings
             own["taken"] = np.stack([np.zeros_like(actions[0])] * endings + actions)
+            if takeover:
+                own["takeover"] = own["taken_mask"]
         if self._untrained:
             own["train"] = np.array([env not in self._untrained for env in call.env])
         reply = self._client.call(self._client.raw.act, *call.columns(), **own)

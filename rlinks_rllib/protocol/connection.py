@@ -661,12 +661,12 @@ class Connection:
         return batch
 
     def send_act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any, *,
-                 taken_mask: Any = None, taken: Any = None, train: Any = None) -> None:
+                 taken_mask: Any = None, taken: Any = None, train: Any = None, takeover: Any = None) -> None:
         """(client) Queue an ``ACT`` (``served_actions``); an :class:`ActionsReceived` follows.
 
         Columns of one length, one row per env (PROTOCOL.md 10.5). Nothing
         else may be sent until the ``ACTIONS`` arrives. ``taken_mask``/``taken``
-        and ``train`` need ``served_taken`` (10.5.1).
+        and ``train`` need ``served_taken`` (10.5.1), ``takeover`` needs ``takeover`` (10.8).
 
         Raises:
             LocalProtocolError: ``served_actions`` (or ``served_taken``) not agreed, or not ready to send.
@@ -678,8 +678,11 @@ class Connection:
         if (taken_mask is not None or train is not None) and not self.speaks(Extension.SERVED_TAKEN):
             raise LocalProtocolError("an ACT with taken actions or untrained episodes needs the served_taken "
                                      "extension, which the server did not agree to")
+        if takeover is not None and not self.speaks(Extension.TAKEOVER):
+            raise LocalProtocolError("an ACT with take-overs needs the takeover extension, which the server did "
+                                     "not agree to")
         message = act_message(env, obs, reward, start, terminated, truncated, taken_mask=taken_mask, taken=taken,
-                              train=train)
+                              train=train, takeover=takeover)
         rows = read_act(message)
         self._out.frame(encode_message_parts(message))
         self._act_envs = [e for e, wants in zip(rows.env, rows.wants_action) if wants]
@@ -935,7 +938,8 @@ class Connection:
         if kind is MessageType.ACT:
             if not self.speaks(Extension.SERVED_ACTIONS):
                 raise UnsupportedMessage("ACT needs the served_actions extension, which was not agreed")
-            rows = read_act(message, taken_agreed=self.speaks(Extension.SERVED_TAKEN))
+            rows = read_act(message, taken_agreed=self.speaks(Extension.SERVED_TAKEN),
+                            takeover_agreed=self.speaks(Extension.TAKEOVER))
             self._owed.append(MessageType.ACTIONS)
             self.state = State.AWAITING_ACTIONS
             return ActReceived(rows, frame_bytes)

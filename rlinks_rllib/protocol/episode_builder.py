@@ -44,7 +44,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from .episodes import REWARD_DTYPE, STATE_OUT, build_episode_state
+from .episodes import REWARD_DTYPE, STATE_OUT, TAKEOVER, build_episode_state
 
 __all__ = ["EpisodeBuilder", "VectorEpisodeBuilder"]
 
@@ -229,6 +229,8 @@ class EpisodeBuilder:
         #: A continuing chunk's recurrent state from the step before it (``state_out``'s lookback).
         self._extra_lookback: dict = {}
         self._infos: list = []
+        #: Steps of the running chunk taken over (``takeover``), by index; usually none.
+        self._takeovers: list = []
         #: The running episode's columns for :meth:`step_checked` (``None``: not known yet, or nested).
         self._flat_columns: Optional[tuple] = None
 
@@ -264,6 +266,7 @@ class EpisodeBuilder:
         self._extra = None
         self._extra_lookback = {}
         self._infos = [info]
+        self._takeovers = []
         self._id = uuid.uuid4().hex if episode_id is None else episode_id
         self._steps = 0
         self._t_started = 0
@@ -281,12 +284,16 @@ class EpisodeBuilder:
         truncated: bool = False,
         extra: Optional[Mapping[str, Any]] = None,
         info: Optional[Mapping] = None,
+        *,
+        takeover: bool = False,
     ) -> None:
         """Record one env step: ``action`` taken, then ``reward`` and ``obs`` seen.
 
         ``extra`` holds the model outputs computed with ``action`` (such as
         ``action_logp`` and ``action_dist_inputs``); the same names every
-        step of an episode.
+        step of an episode. ``takeover``: a person or a scripted controller
+        chose ``action`` instead of the policy; the chunk then carries the
+        :data:`~.episodes.TAKEOVER` marker (the ``takeover`` extension).
         """
         if not self._running:
             raise RuntimeError("step() needs a running episode: call reset() first")
@@ -315,6 +322,8 @@ class EpisodeBuilder:
         _commit(pairs)
         self._actions, self._rewards, self._extra = actions, rewards, extras
         self._infos.append(info)
+        if takeover:
+            self._takeovers.append(self._steps)
         self._stepped(terminated, truncated)
 
     def step_checked(
@@ -325,6 +334,7 @@ class EpisodeBuilder:
         terminated: bool,
         truncated: bool,
         extra: Mapping[str, np.ndarray],
+        takeover: bool = False,
     ) -> None:
         """:meth:`step` for a caller that checked every value already: the runner's served recorder.
 
@@ -337,7 +347,7 @@ class EpisodeBuilder:
         """
         columns = self._flat_columns
         if columns is None or not self._running or self._actions is None:
-            self.step(action, reward, obs, terminated, truncated, extra)
+            self.step(action, reward, obs, terminated, truncated, extra, takeover=takeover)
             self._flat_columns = self._flat()
             return
         action_column, reward_column, obs_column, extra_columns = columns
@@ -347,6 +357,8 @@ class EpisodeBuilder:
         for name, column in extra_columns:
             column.append(extra[name])
         self._infos.append({})
+        if takeover:
+            self._takeovers.append(self._steps)
         self._stepped(terminated, truncated)
 
     def _stepped(self, terminated: bool, truncated: bool) -> None:
@@ -392,13 +404,19 @@ class EpisodeBuilder:
         return chunks
 
     def _emit(self, terminated: bool, truncated: bool) -> None:
+        extras = {k: n.take() for k, n in self._extra.items()}
+        if self._takeovers:
+            marker = np.zeros(self._steps, np.bool_)
+            marker[self._takeovers] = True
+            extras[TAKEOVER] = marker
+            self._takeovers = []
         state = build_episode_state(
             self._id,
             self._obs.take(),
             self._actions.take(),
             self._rewards.take(),
             infos=self._infos,
-            extra_model_outputs={k: n.take() for k, n in self._extra.items()} or None,
+            extra_model_outputs=extras or None,
             extra_lookback=self._extra_lookback or None,
             terminated=terminated,
             truncated=truncated,

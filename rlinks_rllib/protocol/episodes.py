@@ -105,6 +105,7 @@ __all__ = [
     "ACTION_DIST_INPUTS",
     "ACTION_LOGP",
     "STATE_OUT",
+    "TAKEOVER",
     "ACTIONS",
     "ACTION_SPACE",
     "AGENT_ID",
@@ -200,6 +201,11 @@ ACTION_DIST_INPUTS = "action_dist_inputs"
 #: a map of arrays per step. A chunk that continues an episode carries the
 #: previous step's in its lookback, which RLlib's learner starts from.
 STATE_OUT = "state_out"
+#: The ``takeover`` extension's per-step marker (PROTOCOL.md 10.8): bool ``(T,)``,
+#: true where a person or a scripted controller acted instead of the policy. A
+#: chunk carries it only when one of its steps was taken over; a runner counts
+#: and removes it before RLlib sees the episode.
+TAKEOVER = "rlinks_takeover"
 
 #: dtype of rewards after checking; RLlib's own rewards space is float32.
 REWARD_DTYPE = np.dtype(np.float32)

@@ -62,6 +62,10 @@ class Extension(str, enum.Enum):
     POLICY_GRAPH = "policy_graph"
     #: Multi-agent episode chunks, config and weight sets (``protocol.multi_agent``).
     MULTI_AGENT = "multi_agent"
+    #: Steps where a person or a scripted controller acted instead of the policy
+    #: are marked (the chunk's ``rlinks_takeover`` output, the ``ACT`` column
+    #: ``takeover``): trained on off-policy, kept out of on-policy updates, counted.
+    TAKEOVER = "takeover"
 
 
 @dataclass(frozen=True)

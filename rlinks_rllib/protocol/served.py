@@ -19,7 +19,7 @@ import numpy as np
 from .errors import InvalidMessage, UnsupportedMessage
 from .messages import MessageType
 
-__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "TAKEN_FIELDS", "read_act", "act_message", "actions_message", "read_actions"]
+__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "TAKEN_FIELDS", "TAKEOVER_FIELD", "read_act", "act_message", "actions_message", "read_actions"]
 
 #: Env ids are the client's names for its envs: 0 <= id <= MAX_ENV_ID.
 MAX_ENV_ID = 2**31 - 1
@@ -43,6 +43,9 @@ class ActRows:
             outside ``taken_mask`` hold anything); ``None`` with ``taken_mask``.
         train: ``served_taken``: bool ``(k,)``: read on ``start`` rows only;
             ``False`` starts an episode that is never trained on (``None``: all are).
+        takeover: ``takeover``: bool ``(k,)``, of the rows in ``taken_mask``,
+            those where a person or a scripted controller acted instead of
+            the policy (``None``: none).
     """
 
     env: list[int]
@@ -54,6 +57,7 @@ class ActRows:
     taken_mask: Optional[np.ndarray] = None
     taken: Any = None
     train: Optional[np.ndarray] = None
+    takeover: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.env)
@@ -86,9 +90,11 @@ def _column(message: Mapping[str, Any], name: str, rows: int, dtype: Any) -> np.
 
 #: The ``ACT`` fields of the ``served_taken`` extension.
 TAKEN_FIELDS = ("taken_mask", "taken", "train")
+#: The ``ACT`` field of the ``takeover`` extension (beside ``taken_mask``).
+TAKEOVER_FIELD = "takeover"
 
 
-def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True) -> ActRows:
+def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True, takeover_agreed: bool = True) -> ActRows:
     """Check an ``ACT``'s columns (its fields' types are checked by ``validate_message``).
 
     Raises:
@@ -96,8 +102,10 @@ def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True) -> ActRow
             env id out of range, a non-boolean flag, a reward that is not a
             finite number, a row that both starts and ends an episode, or
             (``served_taken``) ``taken_mask`` without ``taken`` or on a row
-            that wants no action.
-        UnsupportedMessage: a ``served_taken`` field and ``taken_agreed`` is false.
+            that wants no action; (``takeover``) ``takeover`` on a row
+            outside ``taken_mask``.
+        UnsupportedMessage: a ``served_taken`` field and ``taken_agreed`` is
+            false, or ``takeover`` and ``takeover_agreed`` is false.
     """
     env = message["env"]
     rows = len(env)
@@ -116,7 +124,11 @@ def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True) -> ActRow
         row = int(np.argmax(start & (terminated | truncated)))
         raise InvalidMessage(f"ACT: row {row} (env {env[row]}) both starts and ends an episode")
     reward = _column(message, "reward", rows, float)
+    if TAKEOVER_FIELD in message and not takeover_agreed:
+        raise UnsupportedMessage("ACT: 'takeover' needs the takeover extension, which was not agreed")
     if not any(name in message for name in TAKEN_FIELDS):
+        if TAKEOVER_FIELD in message:
+            raise InvalidMessage("ACT: 'takeover' without 'taken_mask'")
         return ActRows(list(env), obs, reward, start, terminated, truncated)
     if not taken_agreed:
         raise UnsupportedMessage("ACT: 'taken', 'taken_mask' and 'train' need the served_taken extension, "
@@ -139,7 +151,18 @@ def read_act(message: Mapping[str, Any], *, taken_agreed: bool = True) -> ActRow
         raise InvalidMessage("ACT: 'taken' without 'taken_mask'")
     if "train" in message:
         train = _column(message, "train", rows, bool)
-    return ActRows(list(env), obs, reward, start, terminated, truncated, taken_mask, taken, train)
+    takeover = None
+    if TAKEOVER_FIELD in message:
+        takeover = _column(message, TAKEOVER_FIELD, rows, bool)
+        if "taken_mask" not in message:
+            raise InvalidMessage("ACT: 'takeover' without 'taken_mask'")
+        outside = takeover & ~_column(message, "taken_mask", rows, bool)
+        if outside.any():
+            row = int(np.argmax(outside))
+            raise InvalidMessage(f"ACT: row {row} (env {env[row]}) is a take-over without a taken action")
+        if not takeover.any():
+            takeover = None
+    return ActRows(list(env), obs, reward, start, terminated, truncated, taken_mask, taken, train, takeover)
 
 
 def act_message(
@@ -153,10 +176,12 @@ def act_message(
     taken_mask: Any = None,
     taken: Any = None,
     train: Any = None,
+    takeover: Any = None,
 ) -> dict[str, Any]:
     """An ``ACT`` from columns (bool flags and rewards as arrays, so they pack compactly).
 
-    ``taken_mask``/``taken`` and ``train`` (``served_taken``) are sent only when given.
+    ``taken_mask``/``taken`` and ``train`` (``served_taken``) and ``takeover``
+    (``takeover``) are sent only when given.
     """
     message = {
         "type": MessageType.ACT.value,
@@ -172,6 +197,8 @@ def act_message(
         message["taken"] = taken
     if train is not None:
         message["train"] = np.asarray(train, np.bool_)
+    if takeover is not None:
+        message[TAKEOVER_FIELD] = np.asarray(takeover, np.bool_)
     return message
 
 

@@ -48,7 +48,8 @@ from .graph_export import ExportError, export_policy_graph, needs_policy_graph
 from .inference import ServedPolicy
 from .taken import TakenActionCheck, with_taken
 from .listener import RLinkServer
-from .metrics import RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, runner_key
+from .metrics import (RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, log_takeovers,
+                      runner_key)
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .recorder import runner_recorder
@@ -105,6 +106,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self._transport_metrics = TransportMetrics()
         self._lags: list[int] = []
         self._dropped_stale_steps = 0
+        #: Steps taken over (``takeover``) that sample() handed on since get_metrics() last logged them.
+        self._takeover_steps = 0
         self._target_steps = int(self.config.get_rollout_fragment_length(self.worker_index)) * int(
             self.config.num_envs_per_env_runner
         )
@@ -137,7 +140,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server = RLinkServer(
                 self.settings,
                 port=self.settings.port_for(self.worker_index),
-                ingest=(EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings)
+                ingest=(EpisodeIngest(self.config.observation_space, self.config.action_space, self.settings,
+                                      on_policy=self.on_policy)
                         if self._multi_agent is None else MultiAgentIngest(self._multi_agent, self.settings)),
                 config_message=self._config_message,
                 update_steps=self._update_steps,
@@ -236,7 +240,15 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             kept.append(batch)
             self._lags.append(lag)
             lags += [lag] * len(batch.episodes)
-            for episode in batch.episodes if self._ma_metrics is None else ():
+            takeovers = getattr(batch, "takeovers", None)
+            if takeovers is not None:
+                # The chunks as played: on-policy, the taken-over steps are not among the episodes.
+                self._takeover_steps += takeovers.steps
+                for tally in takeovers.tallies:
+                    totals = self._episode_totals.add_tally(tally)
+                    if totals is not None:
+                        finished.append(totals)
+            for episode in batch.episodes if self._ma_metrics is None and takeovers is None else ():
                 totals = add(episode)
                 if totals is not None:
                     finished.append(totals)
@@ -331,6 +343,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 dropped_stale_steps=self._dropped_stale_steps,
             )
             self._lags = []
+            log_takeovers(self.metrics, self._episode_totals, self._takeover_steps)
+            self._takeover_steps = 0
         if self._recorder is not None:
             for name, value in self._recorder.stats().items():
                 self._transport_metrics._log_delta(self.metrics, (RUNNER_METRICS_KEY, name), name, value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from typing import Any
+from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +53,7 @@ from ..protocol.episodes import (
 from ..protocol.spaces import SpaceMismatch, check_column, check_value, describe_space
 from .errors import IngestError
 from .settings import RLinkSettings
+from .takeover import Takeovers, split_takeovers, takeover_marker, tally_of
 
 __all__ = ["EpisodeIngest", "episode_from_state"]
 
@@ -168,6 +169,12 @@ class EpisodeIngest:
         required_extra: model outputs every chunk must carry (the Learner's
             loss needs them: ``action_logp`` and ``action_dist_inputs`` for PPO,
             APPO and IMPALA).
+        on_policy: the learner trains on-policy: steps taken over (the
+            ``takeover`` marker) are cut out of the chunks (see takeover.py).
+
+    After each call, :attr:`last_takeovers` says what the message's chunks
+    held when any step of them was taken over (``None`` otherwise): the
+    caller hands it on with the episodes, to the metrics.
     """
 
     def __init__(
@@ -176,15 +183,19 @@ class EpisodeIngest:
         action_space: gym.Space,
         settings: RLinkSettings,
         required_extra: tuple[str, ...] = (ACTION_LOGP, ACTION_DIST_INPUTS),
+        *,
+        on_policy: bool = False,
     ) -> None:
         self._rules = _space_rules(observation_space, action_space)
         #: A Dict/Tuple observation is held against its space leaf by leaf (the rules cover plain spaces).
         self._nested = describe_space(observation_space) if _is_nested(observation_space) else None
         self._max_steps = settings.max_steps_per_chunk
         self._required_extra = required_extra
+        self._on_policy = on_policy
+        self.last_takeovers: Optional[Takeovers] = None
 
     def __call__(self, wire_episodes: list) -> tuple[list[SingleAgentEpisode], int]:
-        """Return the message's non-empty chunks as episodes, and their env steps.
+        """Return the message's non-empty chunks as episodes, and their env steps (those RLlib gets).
 
         Raises:
             IngestError: a chunk is malformed, breaks a limit, doesn't fit the
@@ -192,6 +203,7 @@ class EpisodeIngest:
         """
         episodes: list[SingleAgentEpisode] = []
         steps = 0
+        markers: list = []
         for i, state in enumerate(wire_episodes):
             try:
                 clean = check_episode_state(
@@ -204,13 +216,29 @@ class EpisodeIngest:
                 if self._nested is not None:
                     buffer = clean[OBSERVATIONS]
                     buffer[BUFFER_DATA] = _check_nested_observations(self._nested, buffer[BUFFER_DATA])
+                marker = takeover_marker(clean)
             except EpisodeError as exc:
                 raise IngestError(f"episodes[{i}]: {exc}") from exc
             if clean["t"] == clean["t_started"]:
                 continue  # an empty chunk teaches nothing; RLlib's client sends them
-            episode = episode_from_state(clean)
-            episodes.append(episode)
-            steps += clean["t"] - clean["t_started"]
+            markers.append((clean, marker))
+        self.last_takeovers = None
+        if not any(marker is not None for _, marker in markers):
+            for clean, _ in markers:
+                episodes.append(episode_from_state(clean))
+                steps += clean["t"] - clean["t_started"]
+            return episodes, steps
+        tallies, withheld = [], 0
+        for clean, marker in markers:
+            taken = int(marker.sum()) if marker is not None else 0
+            tallies.append(tally_of(clean, taken))
+            parts = [clean] if marker is None else split_takeovers(clean, marker, on_policy=self._on_policy)
+            for part in parts:
+                episodes.append(episode_from_state(part))
+                steps += part["t"] - part["t_started"]
+            if self._on_policy:
+                withheld += taken
+        self.last_takeovers = Takeovers(tuple(tallies), withheld)
         return episodes, steps
 
 

@@ -70,6 +70,7 @@ from .served import ServedRecorder
 from .session import READ_BUFFER_BYTES, Session
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
+from .takeover import Takeovers
 
 __all__ = ["RLinkServer", "ServerStats", "Ingest", "SeqBatch", "server_ssl_context", "exposure_warning"]
 
@@ -93,9 +94,15 @@ _SERVED_CLIENT = "served"
 
 @dataclass
 class SeqBatch(Batch):
-    """A batch with the ``seq`` its client numbered it with (``ack`` extension), if any."""
+    """A batch with the ``seq`` its client numbered it with (``ack`` extension), if any.
+
+    ``takeovers``: what its chunks held when a step of them was taken over
+    (``takeover`` extension): the episode metrics count from it, since
+    on-policy the taken-over steps are not among the episodes.
+    """
 
     seq: Optional[int] = None
+    takeovers: Optional[Takeovers] = None
 
 
 def exposure_warning(settings: RLinkSettings, *, authenticated: bool, address: tuple) -> Optional[str]:
@@ -215,6 +222,9 @@ class RLinkServer:
             self.extensions |= {Extension.POLICY_GRAPH.value}
         if multi_agent:
             self.extensions |= {Extension.MULTI_AGENT.value}
+        else:
+            # Single-agent ingests read the take-over marker (EpisodeIngest, takeover.py).
+            self.extensions |= {Extension.TAKEOVER.value}
         self._modules_for = modules_for
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
@@ -486,7 +496,9 @@ class RLinkServer:
         self._served_bytes += event.frame_bytes
         for seq_no, steps in recorded.steps.items():
             stats.served_steps += steps
-            self.scheduler.delivered(session, steps, seq_no)
+            # On-policy, taken-over steps are cut out at ingest: they fill none of the update.
+            withheld = recorded.takeovers.get(seq_no, 0) if self.on_policy else 0
+            self.scheduler.delivered(session, steps - withheld, seq_no, withheld=withheld)
         if not recorded.want_env:
             session.send_actions([], self._policy.no_actions, self.scheduler.weights_seq_no)
         else:
@@ -549,16 +561,20 @@ class RLinkServer:
                 code=ErrorCode.LIMIT_EXCEEDED,
             )
         episodes, steps = self._ingest(wire_episodes)
+        takeovers = self._takeovers()
         if seq is not None:
             self._mark_held(session.client_id, seq)
-        if steps == 0:
+        withheld = takeovers.withheld if takeovers is not None else 0
+        if steps == 0 and takeovers is None:
             # Nothing to train on (a client asking for work with want_steps 0):
             # nothing to queue, and nothing that could be lost, so confirm now.
             if seq is not None:
                 self._confirm([(session.client_id, seq, 0)])
             return
-        self._put(SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq))
-        self.scheduler.delivered(session, steps, session.weights_seq_no)
+        # A batch of taken-over steps alone still goes through the inbox: its tallies reach the metrics in order.
+        self._put(SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq,
+                           takeovers=takeovers))
+        self.scheduler.delivered(session, steps, session.weights_seq_no, withheld=withheld)
 
     def _put(self, batch: Batch) -> None:
         """Queue a batch for ``sample()``; a full inbox pauses reading from every client."""
@@ -647,13 +663,19 @@ class RLinkServer:
             return
         try:
             episodes, steps = self._ingest(cut.chunks)
+            takeovers = self._takeovers()
         except IngestError:
             # Our own recording broke the episode rules: a bug, not a client's fault.
             logger.exception("rlinks: %d served steps fail the runner's own episode check; dropped", cut.steps)
             self.stats.count_error(ErrorCode.SERVER_ERROR)
             return
-        if steps:
-            self._put(Batch(episodes, steps, max(nbytes, 1), cut.weights_seq_no, _SERVED_CLIENT))
+        if steps or takeovers is not None:
+            self._put(SeqBatch(episodes, steps, max(nbytes, 1), cut.weights_seq_no, _SERVED_CLIENT,
+                               takeovers=takeovers))
+
+    def _takeovers(self) -> Optional[Takeovers]:
+        """What the message just ingested held of take-overs (an ingest without the marker: nothing)."""
+        return getattr(self._ingest, "last_takeovers", None)
 
     def _extend_update(self, steps: int) -> None:
         """The learner asks for more steps with unchanged weights: release the parked.

@@ -38,7 +38,8 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes", "log_episode"]
+__all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes", "log_episode",
+           "log_takeovers", "TAKEOVER_RATE", "TAKEOVER_STEPS"]
 
 #: Results key under which the transport metrics appear.
 RUNNER_METRICS_KEY = "rlinks"
@@ -75,14 +76,32 @@ _MAX_OPEN_EPISODES = 100_000
 
 
 class EpisodeTotals:
-    """Adds up the chunks of each episode until its last one arrives."""
+    """Adds up the chunks of each episode until its last one arrives.
+
+    Also the steps taken over (``takeover``): once this runner has seen one,
+    every episode that finishes leaves its take-over rate (taken-over steps /
+    steps) in :attr:`takeover_rates`, for :func:`log_takeovers`.
+    """
 
     def __init__(self) -> None:
         self._open: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
+        self.seen_takeovers = False
+        #: Take-over rates of the episodes finished since :func:`log_takeovers` took them.
+        self.takeover_rates: list[float] = []
+
+    def add_tally(self, tally: Any) -> tuple[int, float, float] | None:
+        """Account a chunk by its :class:`~.takeover.ChunkTally`; as :meth:`add`."""
+        totals = self._open.pop(tally.episode_id, None) or [0, 0.0, 0.0, 0]
+        totals[0] += tally.steps
+        totals[1] += tally.episode_return
+        totals[2] += tally.duration_s
+        totals[3] += tally.takeover_steps
+        self.seen_takeovers = self.seen_takeovers or tally.takeover_steps > 0
+        return self._done(tally.episode_id, totals, tally.done)
 
     def add(self, episode: Any) -> tuple[int, float, float] | None:
         """Account a chunk; return (length, return, duration) once the episode is done."""
-        totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0]
+        totals = self._open.pop(episode.id_, None) or [0, 0.0, 0.0, 0]
         totals[0] += len(episode)
         rewards = episode.rewards
         if rewards.finalized and type(rewards.data) is np.ndarray:
@@ -91,12 +110,34 @@ class EpisodeTotals:
         else:
             totals[1] += float(np.sum(episode.get_rewards()))  # get_return() sums in Python
         totals[2] += float(episode.get_duration_s() or 0.0)
-        if episode.is_done:
+        return self._done(episode.id_, totals, episode.is_done)
+
+    def _done(self, episode_id: str, totals: list, done: bool) -> tuple[int, float, float] | None:
+        if done:
+            if self.seen_takeovers and totals[0]:
+                self.takeover_rates.append(totals[3] / totals[0])
             return int(totals[0]), totals[1], totals[2]
-        self._open[episode.id_] = totals
+        self._open[episode_id] = totals
         while len(self._open) > _MAX_OPEN_EPISODES:
             self._open.popitem(last=False)
         return None
+
+
+#: Keys under ``rlinks`` of the take-over metrics (the ``takeover`` extension).
+TAKEOVER_RATE = "takeover_rate_mean"
+TAKEOVER_STEPS = "takeover_steps"
+
+
+def log_takeovers(metrics: MetricsLogger, totals: EpisodeTotals, steps: int) -> None:
+    """The take-over rate per episode (mean over the episodes finished since the last call) and the
+    taken-over steps (``steps`` more), once this runner has seen a take-over; nothing before."""
+    if not totals.seen_takeovers:
+        return
+    key = RUNNER_METRICS_KEY
+    metrics.log_value((key, TAKEOVER_STEPS), steps, reduce="lifetime_sum")
+    rates, totals.takeover_rates = totals.takeover_rates, []
+    for rate in rates:
+        metrics.log_value((key, TAKEOVER_RATE), rate, reduce="mean")  # the episodes since the last reduce
 
 
 def log_sampled(metrics: MetricsLogger, steps: int, episodes_done: int) -> None:

@@ -134,11 +134,17 @@ class Scheduler(Generic[K]):
 
     # -- requests ------------------------------------------------------------
 
-    def delivered(self, client: K, steps: int, weights_seq_no: int) -> None:
-        """``client`` sent ``steps`` sampled with weights ``weights_seq_no`` (counted if current)."""
+    def delivered(self, client: K, steps: int, weights_seq_no: int, *, withheld: int = 0) -> None:
+        """``client`` sent ``steps`` sampled with weights ``weights_seq_no`` (counted if current).
+
+        ``withheld``: steps it sent besides, which the update does not train
+        on (taken over, on-policy): they keep the client's promise but fill
+        none of the update, so a client is asked for as many more.
+        """
         info = self._clients.get(client)
         if info is not None and weights_seq_no == self.weights_seq_no:
-            self.budget.record(info.client_id, steps)
+            self.budget.record(info.client_id, steps + withheld)
+            self.budget.received -= withheld
 
     def state_requested(self, client: K) -> Optional[int]:
         """``GET_STATE``: the ``want_steps`` to send with the current weights (``None``: can't be told)."""

@@ -95,11 +95,13 @@ class Recorded:
         steps: weights version -> steps completed by its rows with actions of that version.
         want_env: the envs of the rows that want an action, in row order.
         want_obs: their observations, one row each.
+        takeovers: weights version -> of those steps, the ones taken over (``takeover``).
     """
 
     steps: Mapping[int, int]
     want_env: list[int]
     want_obs: np.ndarray
+    takeovers: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ class _Env:
     weights_seq_no: int = 0
     #: When the pending action was sent; ``None``: no action pending.
     sent_at: Optional[float] = None
+    #: The pending action was a take-over (``takeover``): its step is marked so.
+    takeover: bool = False
 
 
 @dataclass
@@ -142,6 +146,8 @@ class _Client:
     waiting_obs: Optional[np.ndarray] = None
     #: Of those, the rows whose action the simulator took itself, and the actions (``None``: none).
     waiting_taken: Optional[tuple[np.ndarray, np.ndarray]] = None
+    #: Of the rows waiting for actions, the take-overs (``takeover``; ``None``: none).
+    waiting_takeover: Optional[np.ndarray] = None
     #: Since when the client waits for us (its deadlines stand still meanwhile).
     waiting_since: float = 0.0
 
@@ -243,6 +249,7 @@ class ServedRecorder(Generic[K]):
             info = self._clients[client] = _Client(heard_at=now)
         self._uncount(info)
         steps: collections.Counter[int] = collections.Counter()
+        takeovers: collections.Counter[int] = collections.Counter()
         want = rows.wants_action
         # Python values for the loop: read_act and ObservationCheck checked them as columns.
         start, reward = rows.start.tolist(), rows.reward.tolist()
@@ -263,23 +270,28 @@ class ServedRecorder(Generic[K]):
                 continue
             assert env is not None, "checked above"
             if env.train:
-                env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra)
+                env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra,
+                                         env.takeover)
                 steps[env.weights_seq_no] += 1
+                takeovers[env.weights_seq_no] += env.takeover
                 self._note_steps(env.weights_seq_no, 1)
             env.action = env.extra = None
+            env.takeover = False
             if not wanted[i]:
                 self._close(info, env_id)
         want_env = [e for e, w in zip(rows.env, want) if w]
         want_obs = obs[want]
         info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
-        info.waiting_taken = None
+        info.waiting_taken = info.waiting_takeover = None
         if want_env and rows.taken_mask is not None and taken is not None:
             mask = rows.taken_mask[want]
             if mask.any():
                 info.waiting_taken = (mask, taken[want])
+                if rows.takeover is not None and rows.takeover[want].any():
+                    info.waiting_takeover = rows.takeover[want]
         info.heard_at = info.waiting_since = now
         self._count(info)
-        return Recorded(dict(steps), want_env, want_obs)
+        return Recorded(dict(steps), want_env, want_obs, {seq: n for seq, n in takeovers.items() if n})
 
     def waiting_taken(self, client: K) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """Of ``client``'s rows waiting for actions, those it took itself (a mask) and their actions; or ``None``."""
@@ -300,7 +312,9 @@ class ServedRecorder(Generic[K]):
         if info is None or info.waiting is None:
             return None
         self._uncount(info)
+        takeover = info.waiting_takeover
         envs, info.waiting, info.waiting_obs, info.waiting_taken = info.waiting, None, None, None
+        info.waiting_takeover = None
         waited = now - info.waiting_since
         for env in info.envs.values():
             if env.sent_at is not None:
@@ -310,6 +324,7 @@ class ServedRecorder(Generic[K]):
             env.action = actions[j]
             env.extra = {name: values[j] for name, values in extra.items()}
             env.weights_seq_no = weights_seq_no
+            env.takeover = takeover is not None and bool(takeover[j])
             env.sent_at = now
             info.pending += env.train
         info.heard_at = now

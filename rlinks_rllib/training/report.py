@@ -14,6 +14,7 @@ import numbers
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..server.metrics import TAKEOVER_RATE
 from .files import write_text_whole
 from .timings import TIME_COLUMNS
 
@@ -23,6 +24,9 @@ COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "t
            "weights_seq_no", "policy_lag_max", *TIME_COLUMNS)
 #: Prefix of the per-policy return columns a multi-agent run adds (``return_<module id>``).
 POLICY_RETURN_PREFIX = "return_"
+#: The column of a run whose simulators took over steps (``takeover``): taken-over steps / steps per episode,
+#: mean over the episodes that finished in the iteration (NaN where none did); absent from other runs.
+TAKEOVER_COLUMN = "takeover_rate"
 _SINGLE_AGENT_MODULE = "default_policy"
 
 
@@ -56,7 +60,17 @@ def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict
         "policy_lag_max": float(_count(rlinks.get("policy_lag_max"))),
         **{column: round(float((times or {}).get(column, math.nan)), 4) for column in TIME_COLUMNS},
         **_policy_returns(runners),
+        **_takeover_rate(rlinks),
     }
+
+
+def _takeover_rate(rlinks: dict) -> dict:
+    """``takeover_rate`` once the runners have seen a take-over (nothing before, so other runs keep their table)."""
+    if TAKEOVER_RATE not in rlinks:
+        return {}
+    value = rlinks[TAKEOVER_RATE]
+    value = float(value) if isinstance(value, numbers.Real) else math.nan
+    return {TAKEOVER_COLUMN: round(value, 4) if math.isfinite(value) else math.nan}
 
 
 def _policy_returns(runners: dict) -> dict:
@@ -75,6 +89,11 @@ def _policy_columns(rows: Iterable[dict]) -> list[str]:
     return list(found)
 
 
+def _extra_columns(rows: list[dict]) -> list[str]:
+    """Columns only some runs have: the take-over rate, then the per-policy returns."""
+    return [TAKEOVER_COLUMN] * any(TAKEOVER_COLUMN in row for row in rows) + _policy_columns(rows)
+
+
 def format_row(row: dict) -> str:
     """The live line for one iteration."""
     ret = row["episode_return_mean"]
@@ -82,6 +101,7 @@ def format_row(row: dict) -> str:
         f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {ret:7.1f} | "
         f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
         + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
+        + (f" | take-over {row[TAKEOVER_COLUMN]:.1%}" if math.isfinite(row.get(TAKEOVER_COLUMN, math.nan)) else "")
         + "".join(f" | {k[len(POLICY_RETURN_PREFIX):]} {row[k]:.1f}" for k in _policy_columns([row]))
     )
 
@@ -90,7 +110,7 @@ def write_csv(rows: Iterable[dict], path: Path) -> None:
     """All rows so far, rewritten whole (a run is at most thousands of rows); readers never see half a table."""
     rows = list(rows)
     table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, fieldnames=[*COLUMNS, *_policy_columns(rows)], restval="")
+    writer = csv.DictWriter(table, fieldnames=[*COLUMNS, *_extra_columns(rows)], restval="")
     writer.writeheader()
     writer.writerows(rows)
     write_text_whole(path, table.getvalue())

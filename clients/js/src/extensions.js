@@ -25,6 +25,8 @@ export const Extension = Object.freeze({
   SERVED_TAKEN: "served_taken",
   POLICY_GRAPH: "policy_graph",
   MULTI_AGENT: "multi_agent",
+  /** Taken-over steps are marked (not used by this client yet). */
+  TAKEOVER: "takeover",
 });
 
 const MAX_NAMES = 64;
