@@ -259,7 +259,10 @@ class _Stream:
             name = f"{self.prefix}-{self._seq:06d}{SUFFIX}"
             self._final = self.directory / name
             self._temp = self.directory / f"{TEMP_PREFIX}{name}.tmp"
-            self._writer = pq.ParquetWriter(str(self._temp), table.schema, compression=COMPRESSION)
+            # Raw image columns get neither a dictionary nor min/max statistics: both cost time and buy nothing.
+            plain = [f.name for f in table.schema if not (f.metadata and DTYPE_KEY.encode() in f.metadata)]
+            self._writer = pq.ParquetWriter(str(self._temp), table.schema, compression=COMPRESSION,
+                                            use_dictionary=plain, write_statistics=plain)
             self._schema = table.schema
             self.opened_at = time.monotonic()
         self._pending.append(table)
