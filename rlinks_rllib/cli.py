@@ -1,13 +1,14 @@
-"""The ``rlinks`` command: ``learner``, ``record``, ``client``, ``endpoints`` and ``demo``.
+"""The ``rlinks`` command: ``learner``, ``record``, ``client``, ``endpoints``, ``web`` and ``demo``.
 
     rlinks learner --config ppo_cartpole [--port 5555 --gpu-num 1 ...]
     rlinks record --config ppo_cartpole --out runs/recording [--stop-steps 20000]
     rlinks client --address 127.0.0.1:5556 -n 4 [-- extra client args]
     rlinks endpoints runs/latest
+    rlinks web [--learner ws://127.0.0.1:5555 --port 8000]
     rlinks demo
 
-``python -m rlinks_rllib`` is the same command. ``rlinks client`` and
-``rlinks endpoints`` import nothing beyond the client side (numpy, msgpack),
+``python -m rlinks_rllib`` is the same command. ``rlinks client``,
+``rlinks endpoints`` and ``rlinks web`` import nothing beyond the client side (numpy, msgpack),
 so they run on a simulator machine's plain ``pip install rlinks-rllib``;
 ``learner`` and ``demo`` need the ``rllib`` extra.
 """
@@ -19,6 +20,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -59,6 +61,9 @@ def _learner_parser(sub) -> None:
     p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint folder")
     p.add_argument("--input", metavar="DIR",
                    help="a recording to train from (rlinks record): an offline config's offline_data.input_")
+    p.add_argument("--ws-allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of ORIGIN (http://127.0.0.1:8000) connect over WebSocket, beside the "
+                        "config's ws_allowed_origins (repeat for more)")
 
 
 def _record_parser(sub) -> None:
@@ -109,6 +114,24 @@ def _endpoints_parser(sub) -> None:
     p.add_argument("--key-file", default=None, help="key of --cert-file")
 
 
+def _web_parser(sub) -> None:
+    from .web import DEFAULT_LEARNER, DEFAULT_PORT
+
+    p = sub.add_parser(
+        "web",
+        help="serve the web game (a CartPole page that trains in the browser) and the JavaScript client",
+        description="Serve clients/js/web (the page) with the JavaScript client it loads, print the URL to open "
+                    "and the learner command that lets the page in. Runs npm ci in clients/js first where its "
+                    "dependency is missing. Ctrl-C stops it.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
+    p.add_argument("--learner", default=DEFAULT_LEARNER, metavar="ADDRESS",
+                   help=f"the learner the page connects to, ws://HOST:PORT or wss:// (default {DEFAULT_LEARNER})")
+    p.add_argument("--js-dir", default=None, metavar="DIR",
+                   help="the clients/js folder of a checkout (default: this checkout's; the wheel has none)")
+
+
 def _demo_parser(sub) -> None:
     p = sub.add_parser(
         "demo",
@@ -129,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _record_parser(sub)
     _client_parser(sub)
     _endpoints_parser(sub)
+    _web_parser(sub)
     _demo_parser(sub)
     return parser
 
@@ -141,7 +165,7 @@ def _learner(args) -> int:
         config=str(config), host=args.host, port=args.port, num_env_runners=args.num_env_runners,
         gpu_num=args.gpu_num, num_learners=args.num_learners, stop_reward=args.stop_reward,
         stop_iters=args.stop_iters, checkpoint_every=args.checkpoint_every, output=args.output,
-        resume=args.resume, input=args.input,
+        resume=args.resume, input=args.input, ws_allowed_origins=tuple(args.ws_allowed_origin),
     ))
 
 
@@ -208,6 +232,38 @@ def _endpoints_from_directory(args) -> int:
     return 0
 
 
+def _web(args) -> int:
+    from . import web
+
+    try:
+        learner = web.learner_address(args.learner)
+    except ValueError as exc:
+        print(f"rlinks web: {exc}", file=sys.stderr)
+        return 1
+    folder = web.js_package(args.js_dir)
+    if not web.ensure_dependencies(folder, print_fn=lambda line: print(line, file=sys.stderr)):
+        return 1
+    try:
+        server = web.WebServer(folder, args.host, args.port)
+    except OSError as exc:
+        print(f"rlinks web: can't serve on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with server:
+            print(f"serving the web game from {folder} at {server.url}/", flush=True)
+            print(f"open {web.page_url(args.host, server.port, learner)}", flush=True)
+            print(f"with a learner that lets this page in: rlinks learner --config ppo_cartpole --port {learner.port} "
+                  f"--ws-allowed-origin {server.url}", flush=True)
+            print("Ctrl-C stops it", flush=True)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _demo(args) -> int:
     from .training.clients import ClientProcesses, print_line
     from .training.learner import LearnerOptions, run_learner
@@ -247,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlinks`` console script."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    handlers = {"learner": _learner, "record": _record, "client": _client, "endpoints": _endpoints, "demo": _demo}
+    handlers = {"learner": _learner, "record": _record, "client": _client, "endpoints": _endpoints, "web": _web,
+                "demo": _demo}
     try:
         return handlers[args.command](args)
     except FileNotFoundError as exc:

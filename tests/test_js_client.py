@@ -441,18 +441,18 @@ def test_served_actions_need_a_runner_that_serves_them(node):
 
 
 class Learner:
-    """``rlinks learner --config CONFIG`` on free ports, for a test's ``with``: stopped with Ctrl-C at the end.
+    """``rlinks learner --config CONFIG [OPTIONS]`` on free ports, for a test's ``with``: stopped with Ctrl-C at the end.
 
     Attributes:
         address: its directory's ``host:port``, once it listens.
         output: what it printed, once it has exited.
     """
 
-    def __init__(self, config: str | Path, tmp_path: Path) -> None:
+    def __init__(self, config: str | Path, tmp_path: Path, *options: str) -> None:
         self.run = tmp_path / "run"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rlinks_rllib", "learner", "--config", str(config), "--port", "0",
-             "--output", str(self.run)],
+             "--output", str(self.run), *options],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         self.output = ""

@@ -1,10 +1,11 @@
 """The web game (``clients/js/web/``): a CartPole page that trains with ``rlinks learner`` over WebSocket.
 
-The page is served by Python's ``http.server`` from ``clients/js`` (its
+The page is served by ``rlinks web`` as a user starts it (``clients/js``'s
 sources as they are, through an import map), opened in headless Chromium
 (Debian's ``chromium``, driven by ``puppeteer-core``: no browser is
 downloaded), and connects to the learner's directory at ``ws://``; the
-learner lets the page's origin in with ``ws_allowed_origins``. It trains
+learner lets the page's origin in with ``--ws-allowed-origin``, the
+command ``rlinks web`` prints. It trains
 four carts until the config's target (``ppo_cartpole``: a mean return of
 450). Skips, saying why, where Chromium or Node is missing.
 """
@@ -12,10 +13,8 @@ four carts until the config's target (``ppo_cartpole``: a mean return of
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from test_js_client import PACKAGE, Learner, node  # noqa: F401  (the fixture: node, with clients/js's dependencies)
+from test_rlinks_web import RlinksWeb
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -40,22 +40,15 @@ def chromium() -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_web_game_trains_in_headless_chromium(node, chromium, tmp_path):  # noqa: F811
-    web = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=PACKAGE,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        web_port = int(re.search(r"port (\d+)", web.stdout.readline()).group(1))
-        config = yaml.safe_load((ROOT / "configs" / "ppo_cartpole.yaml").read_text())
-        config["rlinks"]["ws_allowed_origins"] = [f"http://127.0.0.1:{web_port}"]  # the page's origin
-        (tmp_path / "web_cartpole.yaml").write_text(yaml.safe_dump(config))
-        with Learner(tmp_path / "web_cartpole.yaml", tmp_path) as learner:
-            url = f"http://127.0.0.1:{web_port}/web/?address=ws://{learner.address}&envs=4&speed=25"
-            started = time.monotonic()
-            driven = subprocess.run([node, "web/train_headless.mjs", "--chromium", chromium, "--url", url,
-                                     "--timeout", "700"], cwd=PACKAGE, capture_output=True, text=True, timeout=780)
-            reached = learner.wait(timeout=120)
-    finally:
-        web.terminate()
-        web.communicate(timeout=30)
+    config = yaml.safe_load((ROOT / "configs" / "ppo_cartpole.yaml").read_text())
+    with RlinksWeb() as web, Learner(ROOT / "configs" / "ppo_cartpole.yaml", tmp_path,
+                                     "--ws-allowed-origin", web.origin) as learner:
+        # The URL rlinks web said to open, at the learner's port (0 here: any free one).
+        url = web.url.replace("ws://127.0.0.1:5555", f"ws://{learner.address}") + "&envs=4&speed=25"
+        started = time.monotonic()
+        driven = subprocess.run([node, "web/train_headless.mjs", "--chromium", chromium, "--url", url,
+                                 "--timeout", "700"], cwd=PACKAGE, capture_output=True, text=True, timeout=780)
+        reached = learner.wait(timeout=120)
     assert driven.stdout, driven.stderr
     report = json.loads(driven.stdout.strip().splitlines()[-1])
     status = report["status"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from . import quiet
-from .config_file import build_algorithm_config, load_spec
+from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .files import write_json_whole
 from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
 from .report import format_row, plot_curve, row_from_result, write_csv
@@ -51,10 +51,19 @@ class LearnerOptions:
     resume: Optional[str] = None
     #: A recording to train from (an offline algorithm's ``offline_data.input_``).
     input: Optional[str] = None
+    #: Web page origins let in over WebSocket on top of the config's ``rlinks.ws_allowed_origins``.
+    ws_allowed_origins: tuple[str, ...] = ()
 
 
-def _overrides(opts: LearnerOptions) -> dict:
+def _overrides(opts: LearnerOptions, spec: Any) -> dict:
     rlinks = {k: v for k, v in (("host", opts.host), ("port", opts.port)) if v is not None}
+    if opts.ws_allowed_origins:
+        # --ws-allowed-origin adds to the config's list rather than replacing it.
+        configured = spec.rlinks.get("ws_allowed_origins") or []
+        if not isinstance(configured, list):
+            raise ConfigFileError(f"{spec.where('rlinks', 'ws_allowed_origins')}: rlinks.ws_allowed_origins must be "
+                                  f"a list of origins, got {configured!r}")
+        rlinks["ws_allowed_origins"] = [*configured, *(o for o in opts.ws_allowed_origins if o not in configured)]
     env_runners = {} if opts.num_env_runners is None else {"num_env_runners": opts.num_env_runners}
     learners: dict = {}
     if opts.gpu_num is not None:
@@ -283,7 +292,7 @@ def run_learner(
     """
     quiet.install()  # before RLlib is imported: it warns as it loads
     spec = load_spec(opts.config)
-    config = build_algorithm_config(spec, overrides=_overrides(opts))
+    config = build_algorithm_config(spec, overrides=_overrides(opts, spec))
     stop_reward = opts.stop_reward if opts.stop_reward is not None else spec.stop.get("reward")
     stop_iters = opts.stop_iters if opts.stop_iters is not None else int(spec.stop.get("iters", 100))
     output = Path(opts.output).resolve()
