@@ -296,6 +296,39 @@ def test_a_client_that_asks_the_directory_over_websocket_goes_on_to_the_runner_o
             directory.stop()
 
 
+def test_a_python_client_that_closes_sends_a_normal_close_and_the_runner_logs_no_error(caplog):
+    """close() sends a close frame (1000), from the client's own thread or from another one blocked in a wait."""
+    caplog.set_level(logging.INFO, logger="rlinks_rllib.server")
+    with serving(on_policy=True, update_steps=10_000) as server:
+        with RLinkClient(f"ws://127.0.0.1:{server.address[1]}", **FAST) as client:
+            client.get_state()
+        # From another thread, while the client waits for weights: its batch is far from the
+        # update's 10,000 steps, so the runner parks it.
+        blocked = RLinkClient(f"ws://127.0.0.1:{server.address[1]}", **{**FAST, "timeout": 30.0})
+        blocked.connect()
+        failed: list[BaseException] = []
+        waiter = threading.Thread(target=lambda: _wait_on(blocked, failed), daemon=True)
+        waiter.start()
+        wait_for(lambda: server.stats.batches_in == 1)
+        blocked.close()
+        waiter.join(30)
+        assert not waiter.is_alive() and failed
+        wait_for(lambda: sum("disconnected" in r.getMessage() for r in caplog.records) == 2)
+    closed = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert all("client closed the WebSocket (1000" in r.getMessage() and r.levelno == logging.INFO
+               for r in closed), [r.getMessage() for r in closed]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("rlinks_rllib.server")]
+    assert server.stats.errors == {}
+
+
+def _wait_on(client: RLinkClient, failed: list) -> None:
+    try:
+        client.get_state()
+        client.send_episodes_and_get_state(cartpole_chunks(1))  # waits for weights that never come
+    except BaseException as exc:  # noqa: BLE001 - the test looks at it
+        failed.append(exc)
+
+
 def test_a_full_runners_refusal_reads_as_its_error_on_a_websocket_client():
     """A full runner sends ERROR limit_exceeded before it reads a byte: the client's upgrade reads that as ServerError.
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 try:
@@ -133,6 +134,8 @@ class Transport:
         self.at_eof = False
         #: The WebSocket layer of a ``ws://``/``wss://`` address, once upgraded; ``None``: plain RLlink.
         self.websocket: Optional[ClientWebSocket] = None
+        #: Held while the WebSocket layer is used to write, so that close() from another thread stays out.
+        self._writing = threading.Lock()
 
     @classmethod
     def open(
@@ -204,7 +207,21 @@ class Transport:
         self.websocket = websocket
 
     def close(self) -> None:
-        """Close the socket, waking a call blocked on it in another thread (``close()`` alone doesn't)."""
+        """Close the socket, waking a call blocked on it in another thread (``close()`` alone doesn't).
+
+        Over WebSocket a normal close (1000) goes first, so the server knows
+        we meant to leave; best effort: not while another thread is in the
+        middle of a write (the close frame would land inside its message),
+        and without waiting for the server's answer.
+        """
+        if self.websocket is not None and not self.at_eof and self._writing.acquire(blocking=False):
+            try:
+                self._write_bytes(self.websocket.close_frame(), timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
+                                  what="a WebSocket close")
+            except (ConnectionLost, ServerTimeout) as exc:
+                log.debug("%s: no WebSocket close sent: %s", self.address, exc)
+            finally:
+                self._writing.release()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError as exc:
@@ -227,9 +244,10 @@ class Transport:
             ConnectionLost: the connection failed; the server may have said
                 why first (see :meth:`read_after_failed_write`).
         """
-        if self.websocket is not None:
-            parts = self.websocket.frames(parts)
-        self._write_bytes(parts, timeout=timeout, what=what)
+        with self._writing:
+            if self.websocket is not None:
+                parts = self.websocket.frames(parts)
+            self._write_bytes(parts, timeout=timeout, what=what)
 
     def _write_bytes(self, parts: Sequence[Buffer], *, timeout: float, what: str) -> None:
         views = []
@@ -327,8 +345,10 @@ class Transport:
     def _websocket_data(self, conn: Connection, data: bytes, what: str) -> None:
         """Bytes of a WebSocket: whole messages to ``conn``; the WebSocket layer's answers (pongs) written."""
         assert self.websocket is not None
-        answers = self.websocket.receive(conn, data)
-        if answers:
+        with self._writing:
+            answers = self.websocket.receive(conn, data)
+            if not answers:
+                return
             try:
                 self._write_bytes(answers, timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
                                   what=f"a WebSocket answer (while we waited for {what})")

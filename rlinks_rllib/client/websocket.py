@@ -23,7 +23,9 @@ from typing import Iterable, Optional
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus
+from websockets.frames import CloseCode
 from websockets.http11 import Response
+from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from ..protocol.codec import Buffer
@@ -139,6 +141,13 @@ class ClientWebSocket:
     def receive_eof(self, conn: Connection) -> None:
         """The server closed the socket."""
         self._channel_for(conn).receive_eof()
+
+    def close_frame(self) -> list[bytes]:
+        """The bytes of a normal close (1000), ``[]`` if a close was already sent or the upgrade never finished."""
+        if self.ws.state is not State.OPEN:
+            return []
+        self.ws.send_close(CloseCode.NORMAL_CLOSURE)
+        return self.ws.data_to_send()
 
     @property
     def close_text(self) -> str:
