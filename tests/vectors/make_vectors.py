@@ -157,6 +157,13 @@ def episode_stacked(id_: str, steps: int) -> dict:
     return state
 
 
+def takeover_chunk() -> dict:
+    """A stacked chunk of 3 steps whose step 1 was taken over (the ``takeover`` extension)."""
+    state = episode_stacked("takeover-ep", 3)
+    state["extra_model_outputs"]["rlinks_takeover"] = buffer(np.array([False, True, False]), finalized=True)
+    return state
+
+
 def agent_state(agent_id: str, module_id: str, episode_id: str, steps: int, *, obs_size: int, done: bool) -> dict:
     """One agent's part of a multi-agent chunk: a stacked single-agent state with its ids filled in."""
     obs = (np.arange((steps + 1) * obs_size, dtype=np.float32).reshape(steps + 1, obs_size) - 4) / 8
@@ -456,6 +463,17 @@ def cases() -> dict[str, Callable[[], Case]]:
          "taken_mask": np.array([False, True, False]), "taken": np.array([0, 1, 0], np.int64),
          "train": np.array([True, True, False])},
         {"type": "ACTIONS", "env": [0, 1, 2], "actions": np.array([0, 1, 1], np.int64), "weights_seq_no": 3},
+    )
+    c["valid_takeover"] = lambda: valid(
+        "The takeover extension (docs/PROTOCOL.md 10.8): a stacked chunk whose step 1 a person or a script took "
+        "over (extra model output rlinks_takeover), and an ACT whose env 1 is taken over (the takeover column "
+        "beside served_taken's taken_mask).",
+        {"type": "EPISODES", "episodes": [takeover_chunk()], "seq": 4},
+        {"type": "ACT", "env": [0, 1], "obs": np.stack([cartpole_obs(i) for i in range(2)]),
+         "reward": np.array([1.0, 1.0], np.float32), "start": np.array([False, False]),
+         "terminated": np.array([False, False]), "truncated": np.array([False, False]),
+         "taken_mask": np.array([False, True]), "taken": np.array([0, 1], np.int64),
+         "takeover": np.array([False, True])},
     )
     c["valid_array_dtypes"] = lambda: valid(
         "Every accepted array dtype, byte orders, a 0-d and an empty array.",
