@@ -10,7 +10,8 @@ the episodes, sends them and takes the new weights. ``CartPole`` below
     python examples/dummy_cartpole_client.py --address 127.0.0.1:5555
 
 ``--served-actions`` lets the learner run the policy; ``--envs N`` steps N
-simulators together. No Ray here: ``pip install rlinks-rllib`` (numpy, msgpack).
+simulators together; with ``--teacher`` a scripted controller takes over when the
+pole is about to fall. No Ray here: ``pip install rlinks-rllib`` (numpy, msgpack).
 """
 
 from __future__ import annotations
@@ -71,7 +72,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default="CartPole-v1", help="CartPole-v1 (built in) or any gymnasium env id")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--report-every", type=float, default=0.0, metavar="S", help="a 'progress:' line every S seconds")
+    p.add_argument("--teacher", action="store_true", help="a scripted controller takes over when about to fail")
     return p.parse_args(argv)
+
+
+def teacher(obs: np.ndarray):
+    """A scripted controller's action when about to fail, else None: CartPole's pole leans (or falls) past
+    0.1 rad: push the cart under it; Pendulum (cos, sin, speed) nears the top too fast: brake (PD torque)."""
+    if len(obs) == 4:
+        return int(obs[2] + 0.1 * obs[3] > 0) if abs(obs[2] + 0.1 * obs[3]) > 0.1 else None
+    torque = np.clip(-10.0 * math.atan2(obs[1], obs[0]) - obs[2], -2.0, 2.0)
+    return [float(torque)] if obs[0] > 0.8 and abs(obs[2]) > 2.0 else None
 
 
 def make_env(name: str, seed: int | None):
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace) -> dict:
     with client:
         obs = [env.reset(seed=None if args.seed is None else args.seed + i)[0] for i, env in enumerate(envs)]
         while steps < args.max_steps:
-            actions = client.act(obs)
+            actions = act(client, obs, teacher if args.teacher else None)
             obs, reward, terminated, truncated, _ = map(list, zip(*(env.step(a) for env, a in zip(envs, actions))))
             client.report(reward, obs, terminated, truncated)
             steps, episode_return = steps + len(envs), episode_return + reward
@@ -115,7 +126,18 @@ def run(args: argparse.Namespace) -> dict:
     return {"steps": stats.steps, "episodes": stats.episodes,
             "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
             "reconnects": stats.delivery.reconnects, "batches_resent": stats.delivery.batches_resent,
-            "steps_sent": stats.delivery.steps_sent, "steps_acked": stats.delivery.steps_acked}
+            "steps_sent": stats.delivery.steps_sent, "steps_acked": stats.delivery.steps_acked,
+            "takeover_rate": stats.takeover_rate}
+
+
+def act(client: EnvClient, obs: list, teacher) -> list:
+    """The policy's actions, but the teacher's where it takes over (those steps go as take-overs)."""
+    own = {i: a for i, o in enumerate(obs) if teacher and (a := teacher(o)) is not None}
+    if own:
+        client.take_over([obs[i] for i in own], list(own.values()), env=list(own))
+    policy = [i for i in range(len(obs)) if i not in own]
+    own.update(zip(policy, client.act([obs[i] for i in policy], env=policy)) if policy else ())
+    return [own[i] for i in range(len(obs))]
 
 
 def print_progress(client: EnvClient, every: float, done: threading.Event) -> None:
