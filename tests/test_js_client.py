@@ -436,6 +436,86 @@ def test_served_actions_need_a_runner_that_serves_them(node):
     assert server.types() == ["PING"]  # nothing asked of a runner that did not agree
 
 
+def served_script(node: str, address: str, body: str, *, options: str = "") -> dict:
+    """Run ``body`` (``client`` made for ``address``, a served EnvClient of 2 envs) under Node; its JSON line."""
+    done = subprocess.run([node, "--input-type=module", "-e", f"""
+        import {{ EnvClient, NotAgreed, UsageError }} from "rlinks-client";
+        const client = new EnvClient({json.dumps(address)}, {{ numEnvs: 2, seed: 1, timeoutMs: 30000, retryAttempts: 1,
+                                                               {options} }});
+        const out = {{}};
+        try {{ {body} }} finally {{ await client.close({{ flush: false }}); }}
+        console.log(JSON.stringify(out));
+    """], cwd=PACKAGE, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+REFUSALS = """
+    const refused = async (call) => { try { await call(); return null; } catch (e) { return [e.constructor.name, e.message]; } };
+    out.log = await refused(() => client.logAction([0, 0, 0, 0], 1));
+    out.untrained = await refused(() => client.startEpisode([0, 0, 0, 0], 1, { train: false }));
+    out.act = await client.act([0, 0, 0, 0], 0);   // the client still works
+"""
+
+
+def test_log_action_and_untrained_episodes_need_served_taken(node):
+    """A runner that serves actions but records only its own: NotAgreed, nothing sent; the policy run here: UsageError."""
+    with ServedPeer() as peer:  # agrees to served_actions, not served_taken
+        out = served_script(node, peer.address, REFUSALS, options='inference: "served"')
+    assert out["log"][0] == out["untrained"][0] == "NotAgreed"
+    assert "did not agree to served_taken" in out["log"][1] and "logAction" in out["log"][1]
+    assert out["act"] in (0, 1) and len(peer.acts) == 1 and peer.acts[0][1].taken_mask is None
+    with FakeLearner() as learner:
+        out = served_script(node, f"127.0.0.1:{learner.port}", REFUSALS, options='inference: "local"')
+    assert out["log"][0] == out["untrained"][0] == "UsageError" and 'inference option "served"' in out["log"][1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_log_action_and_an_untrained_episode_against_a_real_runner(node, ray_local):
+    """served_taken from JavaScript: env 0 takes every other action itself, env 1 plays an episode never trained on.
+
+    A real RLinkEnvRunner (APPO's, off-policy, in this process) records env 0's 30 steps with the
+    actions it took, each with the policy's log-probability of it, and nothing of env 1's 30.
+    """
+    from test_served_runner import _local_runner
+
+    runner = _local_runner(500, off_policy=True)
+    try:
+        out = served_script(node, f"ws://127.0.0.1:{runner.address[1]}", """
+            await client.startEpisode([0, 0, 0, 0], 1, { train: false });
+            out.logged = {}; out.answers = [];
+            for (let t = 0; t < 30; t++) {
+              const obs = [t / 100, 0, -t / 100, 0];
+              for (const env of [0, 1]) {
+                const own = env === 0 && t % 2 === 1 ? (t % 4 === 1 ? 1 : 0) : null;
+                const action = own === null ? await client.act(obs, env) : await client.logAction(obs, own, env);
+                if (own !== null) { out.logged[t] = own; out.answers.push(action === own); }
+                await client.report(1, [(t + 1) / 100, 0, -(t + 1) / 100, 0], false, t === 29, env);
+              }
+            }
+            await client.close();
+            out.stats = client.stats;
+        """, options='inference: "served"')
+        episodes = []
+        while more := runner.sample():
+            episodes += more
+        stats = runner.get_transport_stats()
+    finally:
+        runner.stop()
+    assert all(out["answers"]) and len(out["answers"]) == 15  # each logAction answered with its own action
+    assert out["stats"]["steps"] == 60
+    (episode,) = episodes  # env 1's never arrives
+    actions = np.asarray(episode.get_actions())
+    assert len(episode) == 30 and stats["served_steps"] == 30 and stats["errors_total"] == 0
+    logged = {int(t): a for t, a in out["logged"].items()}
+    assert [int(actions[t]) for t in sorted(logged)] == [logged[t] for t in sorted(logged)]
+    dist = np.asarray(episode.get_extra_model_outputs("action_dist_inputs"))
+    logp = np.asarray(episode.get_extra_model_outputs("action_logp"))
+    log_softmax = dist - np.log(np.exp(dist).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(logp, log_softmax[np.arange(30), actions], rtol=1e-5, atol=1e-6)
+
+
 # ----------------------------------------------------------------------
 # Training with a real learner
 

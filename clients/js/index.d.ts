@@ -302,6 +302,10 @@ export interface ActRow {
   start: boolean;
   terminated: boolean;
   truncated: boolean;
+  /** served_taken: the simulator's own action for this row (recorded, and answered with itself). */
+  taken?: number | ArrayLike<number>;
+  /** served_taken: false on the rows of an episode that is not trained on. */
+  train?: boolean;
 }
 export interface ActionsReply {
   env: number[];
@@ -380,8 +384,12 @@ export declare class EnvClient {
   connect(): Promise<this>;
   run(loop: (client: this) => Promise<void> | void): Promise<Ending>;
   act(obs: ArrayLike<number>, env?: number): Promise<number | Float32Array>;
+  /** The simulator's own action, recorded with the policy's log-probability (served actions, served_taken). */
+  logAction(obs: ArrayLike<number>, action: number | ArrayLike<number>, env?: number): Promise<number | Float32Array>;
   report(reward: number, nextObs: ArrayLike<number>, terminated?: boolean, truncated?: boolean, env?: number): Promise<void>;
-  startEpisode(obs: ArrayLike<number>, env?: number): Promise<void>;
+  /** `train: false`: the env's episodes are played and never trained on (served actions, served_taken). */
+  startEpisode(obs: ArrayLike<number>, env?: number, options?: { train?: boolean }): Promise<void>;
+  startEpisode(obs: ArrayLike<number>, options: { train?: boolean }): Promise<void>;
   endEpisode(env?: number): Promise<void>;
   refreshWeights(): Promise<void>;
   stop(): void;

@@ -27,7 +27,7 @@ import { encodeMessageBody } from "./framing.js";
 import { DEFAULT_MAX_FRAME_BYTES } from "./limits.js";
 import { makeMessage, MessageType } from "./messages.js";
 import { NdArray } from "./ndarray.js";
-import { makeAct, readActions, wantsAction } from "./served.js";
+import { makeAct, readActions, usesServedTaken, wantsAction } from "./served.js";
 import { openTransport } from "./transport.js";
 import { readWeightSet } from "./weights.js";
 
@@ -37,7 +37,7 @@ const MAX_SERVER_TEXT_CHARS = 4096;
 const DIRECTORY_ROLE = "directory";
 /** What a client offers unless told otherwise (`auth` is added when there is a secret). */
 export const DEFAULT_EXTENSIONS = Object.freeze([Extension.WANT_STEPS, Extension.ACK, Extension.ENDPOINTS]);
-const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS]);
+const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN]);
 
 const DEFAULTS = {
   timeoutMs: 30_000,
@@ -219,13 +219,20 @@ export class Client {
    * such env starts again (its next row goes as a start row, an ending row for it is left out), and
    * `interrupted` names those envs.
    *
+   * Rows with `taken` (the simulator's own action) or `train` need served_taken (section 10.5.1).
+   *
    * @param {import("./served.js").ActRow[]} rows
    * @param {number[]} obsShape the shape of one observation
-   * @throws {NotAgreed} the server does not serve actions; the errors of the other calls
+   * @throws {NotAgreed} the server does not serve actions, or rows use served_taken and it did not agree
+   *   to it; the errors of the other calls
    */
   async act(rows, obsShape) {
     if (!this.options.extensions.includes(Extension.SERVED_ACTIONS)) {
       throw new UsageError('act() needs the served_actions extension: add "served_actions" to the extensions option');
+    }
+    const ownActions = usesServedTaken(rows);
+    if (ownActions && !this.options.extensions.includes(Extension.SERVED_TAKEN)) {
+      throw new UsageError('rows with taken or train need the served_taken extension: add "served_taken" to the extensions option');
     }
     makeAct(rows, obsShape);
     // The caller's mistakes are found here, before anything is sent: a reconnect only moves envs
@@ -239,6 +246,7 @@ export class Client {
             `(${this.plainRllib ? "plain RLlink" : `agent '${this.serverAgent}'`}); run the policy locally and send episodes instead`,
         );
       }
+      if (ownActions && !this._agreed.has(Extension.SERVED_TAKEN)) throw this.notAgreedToServedTaken();
       if (this._openGeneration !== this._generation) {
         // A new connection: the runner closed every episode open on the old one.
         for (const env of this._openEnvs) this._lostEnvs.add(env);
@@ -269,6 +277,14 @@ export class Client {
       this._lostEnvs = plan.lostAfter;
       return { ...reply, interrupted: plan.interrupted };
     });
+  }
+
+  /** The refusal of the simulator's own actions and untrained episodes by a runner that records only its own. */
+  notAgreedToServedTaken() {
+    return new NotAgreed(
+      `${this.address} did not agree to served_taken: it records only the actions it computes, so it can't take ` +
+        `the simulator's own actions (logAction) or episodes that are not trained on (startEpisode with train: false)`,
+    );
   }
 
   /** What to send for `rows` when the runner has episodes open for `open` and closed those of `lost` when a connection dropped. */

@@ -83,7 +83,9 @@ export class EnvClient {
     if (!INFERENCE.includes(inference)) throw new UsageError(`inference must be one of ${INFERENCE.join(", ")}, got ${inference}`);
     this.options = { inference, numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
       rolloutFragmentLength, fcnetActivation, headFcnetActivation };
-    const extensions = inference === "local" ? DEFAULT_EXTENSIONS : [...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS];
+    const extensions = inference === "local"
+      ? DEFAULT_EXTENSIONS
+      : [...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN];
     this.client = new Client(address, { reliable: true, timeoutMs: 120_000, extensions, ...connection });
     /** "local" (the policy runs here) or "served" (the runner computes the actions), once connected. */
     this.mode = null;
@@ -156,13 +158,31 @@ export class EnvClient {
    * An env's first act() starts its episode; after that `obs` must be what the last report() gave.
    */
   async act(obs, env = 0) {
+    return this._act(obs, env, undefined);
+  }
+
+  /**
+   * Like act(), but the simulator chose `action` itself (a person, a script, a safety stop): the step is
+   * recorded with that action, and the policy's log-probability of it, as RLlib's old `log_action` did.
+   * Report its outcome as usual. Returns the action as recorded (a Box one clipped to its bounds).
+   * Served actions only, from a runner that agreed to served_taken (NotAgreed otherwise); with the
+   * policy run here, a UsageError.
+   */
+  async logAction(obs, action, env = 0) {
+    if (action === undefined || action === null) throw new UsageError("logAction(obs, action): the action is missing");
+    return this._act(obs, env, typeof action === "number" ? action : Float32Array.from(action));
+  }
+
+  async _act(obs, env, own) {
     return this._guarded(async () => {
       await this._setup();
       this._checkEnv(env);
-      if (this._taken[env] !== null) throw new UsageError(`act() for env ${env} twice without report() between`);
+      const what = own === undefined ? "act()" : "logAction()";
+      if (this._taken[env] !== null) throw new UsageError(`${what} for env ${env} twice without report() between`);
+      if (own !== undefined) this._checkServedTaken("logAction()");
       if (this.mode === "served") {
         this._checkContinues(env, obs);
-        const action = await this.served.act(env, Float32Array.from(obs));
+        const action = await this.served.act(env, Float32Array.from(obs), own);
         this._taken[env] = true;
         return action;
       }
@@ -205,14 +225,24 @@ export class EnvClient {
     });
   }
 
-  /** Start a new episode at `obs` (a running one ends as truncated); optional before act(). */
-  async startEpisode(obs, env = 0) {
+  /**
+   * Start a new episode at `obs` (a running one ends as truncated); optional before act().
+   * `{train: false}` (as the second argument, or the third after `env`): the episode is played with the
+   * policy and never trained on (an evaluation, a demo); the env's episodes stay so until one is started
+   * with `train: true`. Served actions only, from a runner that agreed to served_taken.
+   */
+  async startEpisode(obs, env = 0, options = {}) {
+    if (typeof env === "object" && env !== null) [env, options] = [0, env];
+    const { train = true } = options;
     return this._guarded(async () => {
       await this._setup();
       this._checkEnv(env);
+      if (!train) this._checkServedTaken("startEpisode() with train: false");
       if (this._episodeSteps[env] > 0) this._episodeEnded(env);
-      if (this.mode === "served") this.served.end(env);
-      else this._builders[env].reset(obs);
+      if (this.mode === "served") {
+        this.served.end(env);
+        this.served.setTrain(env, train);
+      } else this._builders[env].reset(obs);
       this._taken[env] = null;
       this._returns[env] = 0;
       this._lastObs[env] = this.mode === "served" ? null : Float32Array.from(obs);
@@ -363,6 +393,14 @@ export class EnvClient {
           (this.options.inference === "served" ? "; run the policy locally (inference 'auto')" : ""),
       );
     }
+  }
+
+  /** Actions of the simulator's own and untrained episodes: served, by a runner that agreed to served_taken. */
+  _checkServedTaken(what) {
+    if (this.mode !== "served") {
+      throw new UsageError(`${what} needs served actions (the inference option "served"): this client records only the actions of the policy it runs`);
+    }
+    if (!this.client.agreed(Extension.SERVED_TAKEN)) throw this.client.notAgreedToServedTaken();
   }
 
   _checkContinues(env, obs) {

@@ -21,7 +21,7 @@ export const Extension = Object.freeze({
   AUTH: "auth",
   ENDPOINTS: "endpoints",
   SERVED_ACTIONS: "served_actions",
-  /** ACT rows may carry the simulator's own action (not used by this client yet). */
+  /** ACT rows may carry the simulator's own action and say whether an episode is trained on (logAction). */
   SERVED_TAKEN: "served_taken",
   POLICY_GRAPH: "policy_graph",
   MULTI_AGENT: "multi_agent",

@@ -17,8 +17,11 @@ export const MAX_ENV_ID = 0x7fffffff;
 export const MAX_ACT_ROWS = 65536;
 
 /**
- * One ACT row.
- * @typedef {{env: number, obs: ArrayLike<number>, reward: number, start: boolean, terminated: boolean, truncated: boolean}} ActRow
+ * One ACT row. With served_taken (section 10.5.1): `taken`, the simulator's own action for a row that wants
+ * one (a number for a Discrete space, numbers for a Box, as the env applies it), and `train`, false on the
+ * rows of an episode that is not trained on.
+ * @typedef {{env: number, obs: ArrayLike<number>, reward: number, start: boolean, terminated: boolean,
+ *   truncated: boolean, taken?: number | ArrayLike<number>, train?: boolean}} ActRow
  */
 
 /** Whether a row wants an action (its episode goes on). */
@@ -26,11 +29,18 @@ export function wantsAction(row) {
   return !row.terminated && !row.truncated;
 }
 
+/** Whether `rows` use the served_taken columns (a row's own action, or its `train` setting). */
+export function usesServedTaken(rows) {
+  return rows.some((row) => row.taken !== undefined || row.train !== undefined);
+}
+
 /**
- * The ACT message for `rows`, observations of `obsShape` sent as float32.
+ * The ACT message for `rows`, observations of `obsShape` sent as float32; `taken_mask`/`taken` when a
+ * row carries `taken`, `train` (every row's, true unless false) when a row carries `train`.
  * @param {ActRow[]} rows
  * @throws {UsageError} no rows or too many, an env id out of range, an observation of another size,
- *   a reward that is not finite, a row that both starts and ends an episode
+ *   a reward that is not finite, a row that both starts and ends an episode; a taken action on a row
+ *   that ends its episode, or taken actions that are not all whole numbers or all of one length
  */
 export function makeAct(rows, obsShape) {
   const k = rows.length;
@@ -51,14 +61,43 @@ export function makeAct(rows, obsShape) {
     for (const name of Object.keys(flags)) flags[name][i] = row[name] ? 1 : 0;
   });
   const bools = (values) => new NdArray("|b1", [k], values);
-  return makeMessage(MessageType.ACT, {
+  const columns = {
     env: rows.map((row) => row.env),
     obs: NdArray.from(obs, [k, ...obsShape]),
     reward: NdArray.from(reward),
     start: bools(flags.start),
     terminated: bools(flags.terminated),
     truncated: bools(flags.truncated),
+  };
+  if (rows.some((row) => row.taken !== undefined)) {
+    columns.taken_mask = bools(Uint8Array.from(rows, (row) => (row.taken !== undefined ? 1 : 0)));
+    columns.taken = takenColumn(rows);
+  }
+  if (rows.some((row) => row.train !== undefined)) columns.train = bools(Uint8Array.from(rows, (row) => (row.train === false ? 0 : 1)));
+  return makeMessage(MessageType.ACT, columns);
+}
+
+/** The `taken` column: int64 (k,) for Discrete actions, float32 (k, n) for Box ones; zeros on rows without one. */
+function takenColumn(rows) {
+  const given = rows.filter((row) => row.taken !== undefined);
+  rows.forEach((row, i) => {
+    if (row.taken !== undefined && !wantsAction(row)) throw new UsageError(`ACT row ${i}: a taken action on a row that ends its episode`);
   });
+  if (given.every((row) => typeof row.taken === "number")) {
+    for (const row of given) {
+      if (!Number.isSafeInteger(row.taken)) throw new UsageError(`env ${row.env}: the taken action ${row.taken} is not a whole number (a Discrete action)`);
+    }
+    return NdArray.from(BigInt64Array.from(rows, (row) => BigInt(row.taken ?? 0)), [rows.length]);
+  }
+  const width = given[0].taken?.length;
+  if (given.some((row) => typeof row.taken === "number" || row.taken?.length !== width) || !(width >= 1)) {
+    throw new UsageError("taken actions in one ACT must all be numbers (Discrete) or all arrays of one length (Box)");
+  }
+  const taken = new Float32Array(rows.length * width);
+  rows.forEach((row, i) => {
+    if (row.taken !== undefined) taken.set(Float32Array.from(row.taken), i * width);
+  });
+  return NdArray.from(taken, [rows.length, width]);
 }
 
 /**

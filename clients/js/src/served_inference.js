@@ -6,7 +6,10 @@
  * that ended episodes since (so the runner closes those first). A report
  * that ends an episode is held until the next ACT; close() sends the last
  * ones. The runner parks an on-policy ACT until new weights come, so pacing
- * is its business.
+ * is its business. An action the simulator took itself (logAction) goes as
+ * its row's `taken`, and every row says whether its env's episode is trained
+ * on (`train`) once an env plays one that is not (served_taken, 10.5.1). A
+ * refused ACT leaves the rows for the next one.
  */
 
 import { InvalidMessage } from "./errors.js";
@@ -24,18 +27,30 @@ export class ServedInference {
     this.warn = warn;
     this.outcome = new Array(numEnvs).fill(null); // the row an env's next act() reports
     this.endings = []; // rows that ended episodes, for the next ACT
+    this.untrained = new Set(); // envs whose episodes are not trained on
     this.seqNo = 0;
   }
 
-  /** The action for `env`'s observation now. */
-  async act(env, obs) {
-    const row = this.outcome[env] ?? { env, obs, reward: 0, start: true, terminated: false, truncated: false };
-    this.outcome[env] = null;
-    row.obs = obs;
-    const rows = [...this.endings.filter((r) => r.env !== env), ...this.endings.filter((r) => r.env === env), row];
-    this.endings = [];
+  /**
+   * The action for `env`'s observation now; with `taken`, the simulator's own (the runner records it and
+   * answers with it, a Box one clipped to the bounds).
+   */
+  async act(env, obs, taken = undefined) {
+    const pending = this.outcome[env];
+    const row = { ...(pending ?? { env, reward: 0, start: true, terminated: false, truncated: false }), obs };
+    if (taken !== undefined) row.taken = taken;
+    const endings = this.endings;
+    const rows = [...endings.filter((r) => r.env !== env), ...endings.filter((r) => r.env === env), row];
     const reply = await this._send(rows);
+    this.outcome[env] = null;
+    this.endings = this.endings.filter((r) => !endings.includes(r));
     return this._actionOf(reply, reply.env.length - 1);
+  }
+
+  /** `env`'s next episode (started by its next act) is trained on, or not. */
+  setTrain(env, train) {
+    if (train) this.untrained.delete(env);
+    else this.untrained.add(env);
   }
 
   /** What `env`'s last action led to. */
@@ -57,13 +72,14 @@ export class ServedInference {
     if (!flush) return;
     this.outcome.forEach((_, env) => this.end(env));
     if (this.endings.length === 0) return;
-    const last = this.endings;
+    await this._send(this.endings);
     this.endings = [];
-    await this._send(last);
   }
 
   async _send(rows) {
-    const reply = await this.client.act(rows, this.obsShape);
+    const { untrained } = this;
+    const sent = untrained.size ? rows.map((row) => ({ ...row, train: !untrained.has(row.env) })) : rows;
+    const reply = await this.client.act(sent, this.obsShape);
     this.seqNo = reply.weightsSeqNo;
     if (reply.interrupted.length) {
       this.warn(`${reply.interrupted.length} episode(s) interrupted by the lost connection; the runner records them from here on, as new episodes`);

@@ -7,8 +7,9 @@ import { parseAddress } from "../src/address.js";
 import { EpisodeBuilder, episodeSteps } from "../src/episodes.js";
 import { InvalidMessage, UsageError } from "../src/errors.js";
 import { makeOffer, parseOffer } from "../src/extensions.js";
-import { decodeMessage, encodeMessageBody } from "../src/framing.js";
-import { makeAct, readActions } from "../src/served.js";
+import { decodeMessage, encodeFrame, encodeMessageBody } from "../src/framing.js";
+import { makeAct, readActions, usesServedTaken } from "../src/served.js";
+import { loadVectors } from "./support/vectors.js";
 
 test("addresses: host:port is TCP, tls:// TLS, ws:// and wss:// WebSocket, anything else refused", () => {
   assert.equal(String(parseAddress("127.0.0.1:5555")), "127.0.0.1:5555");
@@ -83,4 +84,24 @@ test("offers: ours sorted, theirs checked", () => {
   for (const bad of [[], { version: 0 }, { version: 1, extensions: "ack" }, { version: 1, extensions: [""] }]) {
     assert.throws(() => parseOffer({ type: "PONG", rlinks: bad }), InvalidMessage);
   }
+});
+
+test("served_taken rows (10.5.1) go as tests/vectors/valid_served_taken does, byte for byte", () => {
+  const { bytes } = loadVectors().find((vector) => vector.name === "valid_served_taken");
+  const obs = [[0, -0, 0.03, -0.5], [0.01, -0.02, 0.03, -0.375], [0.02, -0.04, 0.03, -0.25]];
+  const rows = [
+    { env: 0, obs: obs[0], reward: 1, start: false, terminated: false, truncated: false, train: true },
+    { env: 1, obs: obs[1], reward: 1, start: false, terminated: false, truncated: false, taken: 1, train: true },
+    { env: 2, obs: obs[2], reward: 0, start: true, terminated: false, truncated: false, train: false },
+  ];
+  const frame = encodeFrame(encodeMessageBody(makeAct(rows, [4])));
+  assert.deepEqual(Buffer.from(frame), Buffer.from(bytes.subarray(0, frame.length)));
+  assert.ok(usesServedTaken(rows) && !usesServedTaken(rows.map(({ taken, train, ...row }) => row)));
+  // Box actions as float32 rows, zeros where the simulator did not act; nothing taken on a row that ends.
+  const box = decodeMessage(encodeMessageBody(makeAct([rows[0], { ...rows[1], taken: [0.5, -2] }], [4])));
+  assert.deepEqual([box.taken.dtype.str, box.taken.shape, Array.from(box.taken.values())], ["<f4", [2, 2], [0, 0, 0.5, -2]]);
+  assert.deepEqual(Array.from(box.taken_mask.values()), [0, 1]);
+  assert.throws(() => makeAct([{ ...rows[1], terminated: true }], [4]), UsageError);
+  assert.throws(() => makeAct([{ ...rows[1], taken: 0.5 }], [4]), UsageError);
+  assert.throws(() => makeAct([rows[1], { ...rows[0], taken: [1, 2] }], [4]), UsageError);
 });

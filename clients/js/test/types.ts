@@ -37,4 +37,11 @@ function describe(error: unknown, stats: EnvClientStats, space: BoxSpace): strin
   return `${stats.steps} ${stats.delivery.stepsAcked} ${space.low[0]}`;
 }
 
-export { describe, loop, lowLevel };
+async function served(obs: Float32Array): Promise<number | Float32Array> {
+  const client = new EnvClient("ws://127.0.0.1:5555", { inference: "served", numEnvs: 2 });
+  await client.startEpisode(obs, { train: false });
+  await client.startEpisode(obs, 1, { train: true });
+  return client.logAction(obs, 1, 1);
+}
+
+export { describe, loop, lowLevel, served };
