@@ -255,6 +255,9 @@ def _web(args) -> int:
             print(f"open {web.page_url(args.host, server.port, learner)}", flush=True)
             print(f"with a learner that lets this page in: rlinks learner --config ppo_cartpole --port {learner.port} "
                   f"--ws-allowed-origin {server.url}", flush=True)
+            if args.host in web.WILDCARD_HOSTS:
+                print("from another machine: open it at this machine's name, let that origin in "
+                      "(--ws-allowed-origin http://NAME:PORT) and give the learner --host 0.0.0.0", flush=True)
             print("Ctrl-C stops it", flush=True)
             while True:
                 time.sleep(3600)

@@ -33,8 +33,8 @@ from urllib.parse import unquote, urlsplit
 
 from .client.address import Address, parse_address
 
-__all__ = ["WebServer", "SERVED", "PAGE", "DEFAULT_PORT", "DEFAULT_LEARNER", "js_package", "ensure_dependencies",
-           "learner_address", "page_url", "origin"]
+__all__ = ["WebServer", "SERVED", "PAGE", "DEFAULT_PORT", "DEFAULT_LEARNER", "WILDCARD_HOSTS", "js_package",
+           "ensure_dependencies", "learner_address", "page_url", "origin"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ CONTENT_TYPES = {
     ".wasm": "application/wasm",
 }
 _CHUNK = 64 * 1024
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+#: ``--host`` values that listen on every interface (the URL printed uses 127.0.0.1).
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 def js_package(js_dir: Optional[str] = None) -> Path:
@@ -129,7 +130,7 @@ def learner_address(text: str) -> Address:
 
 
 def _url_host(host: str) -> str:
-    host = "127.0.0.1" if host in _WILDCARD_HOSTS else host
+    host = "127.0.0.1" if host in WILDCARD_HOSTS else host
     return f"[{host}]" if ":" in host else host
 
 
