@@ -31,7 +31,8 @@ from rlinks_rllib.protocol.errors import InvalidMessage, UnsupportedMessage
 from rlinks_rllib.protocol.served import act_message, read_act
 from rlinks_rllib.server.episodes import EpisodeIngest
 from rlinks_rllib.server.errors import IngestError
-from rlinks_rllib.server.metrics import RUNNER_METRICS_KEY, TAKEOVER_RATE, TAKEOVER_STEPS, EpisodeTotals
+from rlinks_rllib.server.metrics import (RUNNER_METRICS_KEY, TAKEOVER_EPISODES, TAKEOVER_RATE, TAKEOVER_STEPS,
+                                        EpisodeTotals)
 from rlinks_rllib.server.scheduler import Release, Scheduler
 from rlinks_rllib.server.settings import RLinkSettings
 from rlinks_rllib.training.report import TAKEOVER_COLUMN, format_row, row_from_result
@@ -95,6 +96,27 @@ def test_on_policy_the_taken_over_steps_are_cut_out_and_the_parts_continue_the_e
     assert (last.t_started, last.t, last.is_terminated) == (3, 4, True)  # only the last part ends the episode
 
 
+def test_each_part_keeps_its_buffers_lookback_from_the_steps_before_it():
+    """A recurrent module's chunk that continues its episode carries the last state_out before it as lookback;
+    a part cut out of it starts from the state_out of the step before the part."""
+    from rlinks_rllib.protocol.episodes import STATE_OUT
+
+    builder = EpisodeBuilder()
+    builder.reset(np.zeros(4, np.float32))
+    for t in range(8):
+        extra = {**EXTRA, STATE_OUT: {"h": np.full(3, t, np.float32)}}
+        builder.step(0, 1.0, np.full(4, t + 1, np.float32), False, False, extra, takeover=t in (5, 6))
+        if t == 3:
+            builder.take_chunks()  # the next chunk continues the episode: state_out 3 is its lookback
+    (chunk,) = builder.take_chunks()
+    ingest = EpisodeIngest(CARTPOLE.observation_space, CARTPOLE.action_space, RLinkSettings(), on_policy=True)
+    before, after = ingest([chunk])[0]
+    assert [(e.t_started, e.t) for e in (before, after)] == [(4, 5), (7, 8)]
+    for episode, previous in ((before, 3), (after, 6)):
+        buffer = episode.extra_model_outputs[STATE_OUT]
+        assert buffer.lookback == 1 and buffer.data["h"][0, 0] == previous
+
+
 def test_a_marker_that_is_not_one_bool_per_step_is_refused():
     chunk = _chunks({1})[0]
     chunk["extra_model_outputs"][TAKEOVER]["data"] = np.full(10, 2, np.int64)
@@ -115,7 +137,8 @@ def test_the_act_column_needs_the_extension_and_a_taken_action():
         read_act(message, takeover_agreed=False)
     with pytest.raises(InvalidMessage, match="without a taken action"):
         read_act(act_message(*columns, taken_mask=[True, False], taken=[1, 0], takeover=[True, True]))
-    assert read_act(act_message(*columns, taken_mask=[True, False], taken=[1, 0], takeover=[False, False])).takeover is None
+    none = act_message(*columns, taken_mask=[True, False], taken=[1, 0], takeover=[False, False])
+    assert read_act(none).takeover is None
 
 
 # -- the share, the metrics, the live line ---------------------------------------------------
@@ -236,7 +259,7 @@ def test_an_on_policy_update_holds_exactly_its_share_and_no_taken_over_step(loca
         assert _acted_on(episodes) and not _acted_on(episodes) & taken
         assert all(TAKEOVER not in e.extra_model_outputs for e in episodes)
         metrics = _rlinks(runner)
-        assert metrics[TAKEOVER_STEPS] > 0 and 0.3 < metrics[TAKEOVER_RATE] < 0.7
+        assert metrics[TAKEOVER_STEPS] > 0 and metrics[TAKEOVER_EPISODES] > 0 and 0.3 < metrics[TAKEOVER_RATE] < 0.7
         assert client.stats.takeover_steps > 0 and 0.3 < client.stats.takeover_rate < 0.7
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from .errors import InvalidMessage, UnsupportedMessage
 from .messages import MessageType
 
-__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "TAKEN_FIELDS", "TAKEOVER_FIELD", "read_act", "act_message", "actions_message", "read_actions"]
+__all__ = ["ActRows", "MAX_ENV_ID", "MAX_ACT_ROWS", "TAKEN_FIELDS", "TAKEOVER_FIELD", "read_act",
+           "act_message", "actions_message", "read_actions"]
 
 #: Env ids are the client's names for its envs: 0 <= id <= MAX_ENV_ID.
 MAX_ENV_ID = 2**31 - 1

@@ -39,7 +39,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 __all__ = ["RUNNER_METRICS_KEY", "EpisodeTotals", "TransportMetrics", "log_sampled", "log_episodes", "log_episode",
-           "log_takeovers", "TAKEOVER_RATE", "TAKEOVER_STEPS"]
+           "log_takeovers", "TAKEOVER_RATE", "TAKEOVER_STEPS", "TAKEOVER_EPISODES"]
 
 #: Results key under which the transport metrics appear.
 RUNNER_METRICS_KEY = "rlinks"
@@ -126,16 +126,19 @@ class EpisodeTotals:
 #: Keys under ``rlinks`` of the take-over metrics (the ``takeover`` extension).
 TAKEOVER_RATE = "takeover_rate_mean"
 TAKEOVER_STEPS = "takeover_steps"
+TAKEOVER_EPISODES = "takeover_episodes"
 
 
 def log_takeovers(metrics: MetricsLogger, totals: EpisodeTotals, steps: int) -> None:
-    """The take-over rate per episode (mean over the episodes finished since the last call) and the
-    taken-over steps (``steps`` more), once this runner has seen a take-over; nothing before."""
+    """The take-over rate per episode (mean over the episodes finished since the last call), the
+    taken-over steps (``steps`` more) and the finished episodes with any, once this runner has seen a
+    take-over; nothing before."""
     if not totals.seen_takeovers:
         return
     key = RUNNER_METRICS_KEY
-    metrics.log_value((key, TAKEOVER_STEPS), steps, reduce="lifetime_sum")
     rates, totals.takeover_rates = totals.takeover_rates, []
+    metrics.log_value((key, TAKEOVER_STEPS), steps, reduce="lifetime_sum")
+    metrics.log_value((key, TAKEOVER_EPISODES), sum(rate > 0 for rate in rates), reduce="lifetime_sum")
     for rate in rates:
         metrics.log_value((key, TAKEOVER_RATE), rate, reduce="mean")  # the episodes since the last reduce
 

@@ -107,7 +107,8 @@ def takeover_marker(state: dict) -> Optional[np.ndarray]:
     if not isinstance(data, np.ndarray) or data.dtype.kind not in "biu":
         raise EpisodeError(f"{EXTRA_MODEL_OUTPUTS}.{TAKEOVER}: expected one bool per step")
     marker = data[buffer[BUFFER_LOOKBACK]:]
-    if marker.shape != (state[T] - state[T_STARTED],) or (marker.dtype.kind != "b" and not np.isin(marker, (0, 1)).all()):
+    binary = marker.dtype.kind == "b" or np.isin(marker, (0, 1)).all()
+    if marker.shape != (state[T] - state[T_STARTED],) or not binary:
         raise EpisodeError(f"{EXTRA_MODEL_OUTPUTS}.{TAKEOVER}: expected one bool per step")
     return marker.astype(np.bool_, copy=False)
 
