@@ -133,7 +133,7 @@ def test_rotation_at_the_total_cap_deletes_the_oldest_files_and_counts_them(tmp_
 
 
 def test_uint8_images_stay_uint8_and_compress_and_rllibs_reader_gets_arrays(tmp_path, ray_local):
-    from rlinks_rllib.training.offline import arrays_from_raw
+    from rlinks_rllib.training.prelearner import arrays_from_raw
 
     image = np.zeros((11, 84, 84, 3), np.uint8)
     image[:, 20:40, 30:50] = 200

@@ -28,7 +28,7 @@ images stay uint8) and pages are zstd-compressed. An observation of
 :data:`RAW_MIN_BYTES` or more per step (an image) is stored as fixed-size
 binary with its dtype and shape in the field's metadata, since Parquet
 writes a list column value by value, ten times slower; :func:`read_columns`
-and ``training.offline.recording_prelearner`` read it back as arrays.
+and ``training.prelearner.recording_prelearner`` read it back as arrays.
 
 Writing happens on one thread per runner behind a queue bounded in bytes; the
 caller (``sample()``) only copies the arrays out of the episodes. When the

@@ -434,7 +434,7 @@ def _offline_config(spec: LearnerSpec, config: Any, offline_data: dict, override
         config.environment(observation_space=observation_space, action_space=action_space)
     _apply(spec, "offline_data", config.offline_data, offline_data)
     if config.prelearner_class is None:
-        from .offline import recording_prelearner
+        from .prelearner import recording_prelearner
 
         config.offline_data(prelearner_class=recording_prelearner())  # reads a recording's raw image columns
     _apply_algorithm_sections(spec, config, overrides)

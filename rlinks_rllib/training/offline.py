@@ -9,16 +9,12 @@ report reads it, and the steps trained on where it reads the steps.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .config_file import ConfigFileError
 
-__all__ = ["is_offline", "check_inputs", "result_for_report", "cpus_for_reading", "close_reader", "quiet_reading",
-           "arrays_from_raw", "recording_prelearner"]
+__all__ = ["is_offline", "check_inputs", "result_for_report", "cpus_for_reading", "close_reader", "quiet_reading"]
 
 
 def is_offline(config: Any) -> bool:
@@ -94,34 +90,3 @@ def quiet_reading() -> None:
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "Progress bars disabled"
-
-
-def arrays_from_raw(batch: dict, observation_space: Any) -> dict:
-    """``batch`` with its raw observation columns (images, as the recorder stores them) turned back into arrays.
-
-    Ray Data reads a fixed-size binary column as bytes; the observation
-    space says their dtype and shape. Other columns, and recordings that
-    hold arrays already, pass unchanged.
-    """
-    from ..server.recorder import NEW_OBS, OBS, raw_to_array
-
-    shape = getattr(observation_space, "shape", None)
-    for key in (OBS, NEW_OBS):
-        values = batch.get(key)
-        if shape and values is not None and len(values) and isinstance(values[0], (bytes, np.bytes_)):
-            batch[key] = raw_to_array(values, observation_space.dtype, shape)
-    return batch
-
-
-@functools.cache
-def recording_prelearner() -> type:
-    """RLlib's ``OfflinePreLearner``, reading the raw image columns of a recording as arrays first."""
-    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
-
-    class RecordingPreLearner(OfflinePreLearner):
-        """An ``OfflinePreLearner`` for rlinks recordings (``config.offline_data(prelearner_class=...)``)."""
-
-        def __call__(self, batch: dict) -> dict:
-            return super().__call__(arrays_from_raw(batch, self.observation_space))
-
-    return RecordingPreLearner
