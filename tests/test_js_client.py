@@ -588,3 +588,244 @@ def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
         assert summary_of(text)["steps"] > 0
     print(f"Node clients trained PPO CartPole to {reached:.1f} in {time.monotonic() - started:.0f} s "
           f"({sum(summary_of(t)['steps'] for t in outputs):.0f} env steps)")
+
+
+# ----------------------------------------------------------------------
+# The policy graph (PROTOCOL.md 8.1) with onnxruntime-web
+
+
+GRAPH_STEPS, GRAPH_BATCH = 3, 2
+GRAPH_SCRIPT = """
+    import { readFileSync, writeFileSync } from "node:fs";
+    import { NdArray, OnnxPolicy, BoxSpace, DiscreteSpace, readActionSpace } from "rlinks-client";
+    const work = process.argv[1];
+    const data = JSON.parse(readFileSync(`${work}/data.json`, "utf8"));
+    const weights = (scale, seqNo) => ({ seqNo, params: new Map(Object.entries(data.params).map(
+      ([name, [shape, values]]) => [name, NdArray.from(Float32Array.from(values, (x) => x * scale), shape)])) });
+    const space = data.action.kind === "discrete" ? new DiscreteSpace(data.action.n) : new BoxSpace(data.action.shape, [-2], [2]);
+    const policy = await OnnxPolicy.create(readFileSync(`${work}/graph.onnx`), weights(1, 1), { space, seed: 5 });
+    const rows = (t) => Array.from({ length: data.batch }, (_, r) => {
+      let obs = null;                      // each row nested as the space is, from its leaves' key paths
+      data.leaves[t].forEach(([path, values]) => {
+        if (path.length === 0) { obs = values[r]; return; }
+        obs ??= typeof path[0] === "number" ? [] : {};
+        let node = obs;
+        path.slice(0, -1).forEach((part, i) => { node = node[part] ??= typeof path[i + 1] === "number" ? [] : {}; });
+        node[path.at(-1)] = values[r];
+      });
+      return obs;
+    });
+    const out = { logits: [], stateful: policy.stateful, acted: [] };
+    let states;
+    for (let t = 0; t < data.steps; t++) {
+      const result = await policy.forward(rows(t), states);
+      out.logits.push(result.distInputs.map((row) => Array.from(row)));
+      const taken = await policy.act(rows(t)[0], states?.[0]);   // row 0 alone, from the same state
+      out.acted.push({ action: typeof taken.action === "number" ? taken.action : Array.from(taken.action),
+                       logp: taken.logp, distInputs: Array.from(taken.distInputs) });
+      states = result.stateOut ?? undefined;
+    }
+    policy.setWeights(weights(1.5, 2));    // a SET_STATE: the same session, new inputs
+    out.updated = (await policy.forward(rows(0))).distInputs.map((row) => Array.from(row));
+    policy.setWeights(weights(1, 1));      // an older set is ignored
+    out.afterOlder = (await policy.forward(rows(0))).distInputs.map((row) => Array.from(row));
+    writeFileSync(`${work}/out.json`, JSON.stringify(out));
+"""
+
+
+def graph_case(case: str):
+    """A small module of RLlib's (PPO's catalog for images, Dict and Tuple observations), and its exported graph."""
+    import gymnasium as gym
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rlinks_rllib.server.graph_export import export_policy_graph
+    from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
+
+    conv = dict(conv_filters=[[4, [4, 4], 4], [8, [4, 4], 4]], fcnet_hiddens=[16], fusionnet_hiddens=[16])
+    observation, action, model = {
+        "image": (gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), gym.spaces.Discrete(3), conv),
+        "dict": (gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8),
+                                  "state": gym.spaces.Tuple((gym.spaces.Discrete(3),
+                                                             gym.spaces.Box(-1, 1, (4,), np.float32)))}),
+                 gym.spaces.Box(-2.0, 2.0, (2,), np.float32), conv),
+        "lstm": (gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Discrete(4),
+                 dict(use_lstm=True, lstm_cell_size=8, fcnet_hiddens=[8], max_seq_len=4)),
+    }[case]
+    config = (PPOConfig().environment(observation_space=observation, action_space=action)
+              .rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog),
+                         model_config=DefaultModelConfig(**model)))
+    module = config.get_rl_module_spec(inference_only=True).build()
+    return observation, action, module, export_policy_graph(module)
+
+
+@pytest.mark.parametrize("case", ["image", "dict", "lstm"])
+@pytest.mark.timeout(300)
+def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, tmp_path):
+    """onnxruntime-web under Node and Python's OnnxPolicy (onnxruntime) run the same graph alike.
+
+    The same graph, weights and observations (an image, a Dict holding a Tuple, an LSTM's state carried
+    from step to step) give the same action_dist_inputs; a newer weight set (a SET_STATE) fed to the same
+    session changes them as it changes Python's, an older one is ignored; act()'s log-probability is the
+    distribution's.
+    """
+    pytest.importorskip("onnxruntime")
+    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.protocol.spaces import describe_space, leaves
+
+    observation, action, module, graph = graph_case(case)
+    params = {name: value.detach().numpy() for name, value in module.state_dict().items()}
+    paths = [path for path, _ in leaves(describe_space(observation))]
+    observation.seed(3)
+    samples = [[observation.sample() for _ in range(GRAPH_BATCH)] for _ in range(GRAPH_STEPS)]
+
+    def leaf(sample, path):
+        for part in path:
+            sample = sample[part]
+        return np.asarray(sample)
+
+    (tmp_path / "graph.onnx").write_bytes(graph)
+    (tmp_path / "data.json").write_text(json.dumps({
+        "params": {name: [list(value.shape), value.ravel().tolist()] for name, value in params.items()},
+        "leaves": [[[list(path), [leaf(s, path).ravel().tolist() if leaf(s, path).ndim else leaf(s, path).item()
+                                  for s in step]] for path in paths] for step in samples],
+        "action": {"kind": "discrete", "n": int(action.n)} if hasattr(action, "n")
+        else {"kind": "box", "shape": list(action.shape)},
+        "batch": GRAPH_BATCH, "steps": GRAPH_STEPS,
+    }))
+    done = subprocess.run([node, "--input-type=module", "-e", GRAPH_SCRIPT, str(tmp_path)], cwd=PACKAGE,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+
+    space = {"kind": "discrete", "n": int(action.n)} if hasattr(action, "n") else action
+    python = OnnxPolicy(graph, params, space)
+    assert out["stateful"] == python.stateful == (case == "lstm")
+
+    def stacked(step):
+        return {path: np.stack([leaf(s, path) for s in step]) for path in paths}
+
+    def nest(batches):
+        if paths == [()]:
+            return batches[()]
+        return {"camera": batches[("camera",)], "state": [batches[("state", 0)], batches[("state", 1)]]}
+
+    state = python.initial_state(GRAPH_BATCH) if python.stateful else None
+    for t, step in enumerate(samples):
+        result = python.compute_actions(nest(stacked(step)), state=state)
+        np.testing.assert_allclose(out["logits"][t], result.action_dist_inputs, rtol=1e-4, atol=1e-5)
+        state = result.state_out
+        acted = out["acted"][t]
+        np.testing.assert_allclose(acted["distInputs"], result.action_dist_inputs[0], rtol=1e-4, atol=1e-5)
+        dist = np.asarray(acted["distInputs"], np.float64)
+        if hasattr(action, "n"):
+            want = dist[acted["action"]] - np.log(np.exp(dist).sum())
+        else:
+            mean, log_std = np.split(dist, 2)
+            z = (np.asarray(acted["action"]) - mean) / np.exp(log_std)
+            want = float(np.sum(-0.5 * z * z - log_std - 0.5 * np.log(2 * np.pi)))
+        assert acted["logp"] == pytest.approx(want, abs=1e-4)
+    first = nest(stacked(samples[0]))
+    initial = python.initial_state(GRAPH_BATCH) if python.stateful else None
+    np.testing.assert_allclose(out["afterOlder"], out["updated"])
+    python.set_params({name: value * 1.5 for name, value in params.items()})
+    updated = python.action_dist_inputs(first, initial)
+    np.testing.assert_allclose(out["updated"], updated, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(out["updated"], out["logits"][0])  # step 0 again, with the old weights
+
+
+IMAGE_SHAPE = (16, 16, 3)
+IMAGE_SCRIPT = """
+    import { EnvClient } from "rlinks-client";
+    const client = new EnvClient(process.argv[1], { seed: 2, timeoutMs: 60000, retryAttempts: 1, inference: "local" });
+    const image = (t) => Uint8Array.from({ length: %(size)d }, (_, i) => (i * 7 + t * 13) %% 256);
+    let obs = image(0);
+    for (let t = 0; t < %(steps)d; t++) {
+      await client.act(obs);
+      const next = image(t + 1), done = (t + 1) %% 20 === 0;
+      await client.report(1, next, done, false);
+      obs = done ? image(t + 1000) : next;
+    }
+    await client.close();
+    console.log(JSON.stringify({ policy: client.policy.constructor.name, mode: client.mode, stats: client.stats }));
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_image_module_runs_here_as_its_graph_against_a_real_runner(node, ray_local):
+    """A Node client runs a real PPO runner's CNN (16x16x3 uint8 images) locally, through its policy graph.
+
+    The runner (in this process, sampled by hand) exports the module and sends it to the client, which
+    offered policy_graph; the chunks pass the runner's checks, their observations are the images as
+    uint8, and each step's action_dist_inputs and action_logp are what the runner's module gives for
+    that image and action: before and after the SET_STATE of new weights (all scaled by 0.5) between
+    the two shares of the update.
+    """
+    import gymnasium as gym
+    import torch
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rlinks_rllib import RLinkEnvRunner
+    from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
+
+    share = 60
+    config = (
+        PPOConfig()
+        .environment(observation_space=gym.spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
+                     action_space=gym.spaces.Discrete(3), env_config={"port": 0})
+        .rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog),  # it scales uint8 images
+                   model_config=DefaultModelConfig(conv_filters=[[4, [4, 4], 4], [8, [4, 4], 4]], fcnet_hiddens=[16]))
+        .env_runners(num_env_runners=0, sample_timeout_s=4.0)
+        .training(train_batch_size_per_learner=share)
+    )
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    client = None
+    try:
+        source = IMAGE_SCRIPT % {"size": int(np.prod(IMAGE_SHAPE)), "steps": 2 * share}
+        client = subprocess.Popen([node, "--input-type=module", "-e", source, f"127.0.0.1:{runner.address[1]}"],
+                                  cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def take_share() -> list:
+            episodes, deadline = [], time.monotonic() + 120
+            while sum(len(e) for e in episodes) < share and time.monotonic() < deadline and client.poll() is None:
+                episodes += runner.sample()
+            return episodes
+
+        first = take_share()
+        state = runner.get_state()
+        scaled = {name: value * 0.5 for name, value in state["rl_module"].items()}
+        runner.set_state({"rl_module": scaled, "weights_seq_no": 1})
+        second = take_share()
+        runner.set_state({"rl_module": scaled, "weights_seq_no": 2})  # what the client's last report waits for
+        out, err = client.communicate(timeout=120)
+        assert client.returncode == 0, err[-3000:]
+        stats = runner.get_transport_stats()
+        module = runner.module
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        runner.stop()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["policy"] == "OnnxPolicy" and result["mode"] == "local"
+    assert stats["errors_total"] == 0
+    assert [sum(len(e) for e in batch) for batch in (first, second)] == [share, share]
+    for batch, params in ((first, {k: torch.as_tensor(v) for k, v in state["rl_module"].items()}),
+                          (second, {k: torch.as_tensor(v) for k, v in scaled.items()})):
+        module.set_state(params)
+        for episode in batch:
+            obs = np.asarray(episode.get_observations())[:-1]
+            assert obs.dtype == np.uint8 and obs.shape == (len(episode), *IMAGE_SHAPE)
+            with torch.no_grad():
+                want = module.forward_inference({Columns.OBS: torch.as_tensor(obs)})[Columns.ACTION_DIST_INPUTS].numpy()
+            dist = np.asarray(episode.get_extra_model_outputs("action_dist_inputs"))
+            np.testing.assert_allclose(dist, want, rtol=1e-4, atol=1e-5)
+            actions = np.asarray(episode.get_actions())
+            log_softmax = want - np.log(np.exp(want).sum(axis=1, keepdims=True))
+            np.testing.assert_allclose(np.asarray(episode.get_extra_model_outputs("action_logp")),
+                                       log_softmax[np.arange(len(episode)), actions], rtol=1e-4, atol=1e-5)

@@ -37,7 +37,7 @@ const MAX_SERVER_TEXT_CHARS = 4096;
 const DIRECTORY_ROLE = "directory";
 /** What a client offers unless told otherwise (`auth` is added when there is a secret). */
 export const DEFAULT_EXTENSIONS = Object.freeze([Extension.WANT_STEPS, Extension.ACK, Extension.ENDPOINTS]);
-const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN]);
+const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN, Extension.POLICY_GRAPH]);
 
 const DEFAULTS = {
   timeoutMs: 30_000,

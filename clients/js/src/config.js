@@ -10,6 +10,9 @@ import { InvalidMessage, UsageError } from "./errors.js";
 import { isMap, NdArray } from "./ndarray.js";
 
 
+/** The description's key holding the module's ONNX policy graph (PROTOCOL.md 10.7; Python's `POLICY_GRAPH_KEY`). */
+export const POLICY_GRAPH_KEY = "policy_graph";
+
 function malformed(why) {
   return new InvalidMessage(`malformed SET_CONFIG description: ${why}`);
 }
@@ -96,7 +99,8 @@ export function readActionSpace(space, what = "action_space") {
  *
  * @returns {null | {algorithm: string, rolloutFragmentLength: number, onPolicy: boolean,
  *   modelConfig: object, observationSpace: object, actionSpace: object,
- *   observationSize: number | null, fcnetActivation: string, headFcnetActivation: string, description: object}}
+ *   observationSize: number | null, fcnetActivation: string, headFcnetActivation: string,
+ *   policyGraph: Uint8Array | null, description: object}}
  * @throws {InvalidMessage} a malformed description
  */
 export function readRunnerConfig(setConfig) {
@@ -120,6 +124,8 @@ export function readRunnerConfig(setConfig) {
     return name;
   };
   const shape = observation.kind === "box" ? readShape(observation.shape, "observation_space") : null;
+  const graph = description[POLICY_GRAPH_KEY] ?? null;
+  if (graph !== null && !(graph instanceof Uint8Array)) throw malformed(`'${POLICY_GRAPH_KEY}' must be bin (the ONNX model)`);
   return {
     algorithm,
     rolloutFragmentLength: fragment,
@@ -130,6 +136,7 @@ export function readRunnerConfig(setConfig) {
     observationSize: shape === null ? null : shape.reduce((a, b) => a * b, 1),
     fcnetActivation: activation("fcnet_activation", "tanh"),
     headFcnetActivation: activation("head_fcnet_activation", "relu"),
+    policyGraph: graph,
     description,
   };
 }

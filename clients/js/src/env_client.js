@@ -34,6 +34,7 @@ import { BoxSpace, DiscreteSpace, readActionSpace, readRunnerConfig } from "./co
 import { EpisodeBuilder } from "./episodes.js";
 import { ClientClosed, ErrorCode, NotAgreed, ServerError, TrainingEnded, UnsupportedModel, UsageError } from "./errors.js";
 import { Extension } from "./extensions.js";
+import { OnnxPolicy } from "./onnx_policy.js";
 import { LocalPolicy } from "./policy.js";
 import { ServedInference } from "./served_inference.js";
 
@@ -42,8 +43,9 @@ const RETURNS_KEPT = 100;
 const INFERENCE = ["auto", "local", "served"];
 
 const DEFAULTS = {
-  /** Where the actions come from: "auto" runs the policy here when this client can (RLlib's default MLP),
-   * and asks the runner otherwise; "local"; "served" (the runner computes them, PROTOCOL.md 10.5). */
+  /** Where the actions come from: "auto" runs the policy here when this client can (RLlib's default MLP in
+   * JavaScript; any other module on a Box observation as its ONNX policy graph, with onnxruntime-web), and asks
+   * the runner otherwise; "local"; "served" (the runner computes them, PROTOCOL.md 10.5). */
   inference: "auto",
   /** Envs stepped by this client, ids 0..numEnvs-1. */
   numEnvs: 1,
@@ -62,6 +64,8 @@ const DEFAULTS = {
   rolloutFragmentLength: 500,
   fcnetActivation: "tanh",
   headFcnetActivation: "relu",
+  /** The onnxruntime module that runs a policy graph (default: onnxruntime-web, imported when a graph comes). */
+  onnxRuntime: null,
 };
 
 function sameObservation(a, b) {
@@ -78,14 +82,14 @@ export class EnvClient {
    */
   constructor(address, options = {}) {
     const { inference, numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
-      rolloutFragmentLength, fcnetActivation, headFcnetActivation, ...connection } = { ...DEFAULTS, ...options };
+      rolloutFragmentLength, fcnetActivation, headFcnetActivation, onnxRuntime, ...connection } = { ...DEFAULTS, ...options };
     if (!(Number.isInteger(numEnvs) && numEnvs >= 1)) throw new UsageError("numEnvs must be an int >= 1");
     if (!INFERENCE.includes(inference)) throw new UsageError(`inference must be one of ${INFERENCE.join(", ")}, got ${inference}`);
     this.options = { inference, numEnvs, onPolicy, explore, seed, weightsEveryMs, normalizeActions, clipActions, actionSpace,
-      rolloutFragmentLength, fcnetActivation, headFcnetActivation };
-    const extensions = inference === "local"
-      ? DEFAULT_EXTENSIONS
-      : [...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN];
+      rolloutFragmentLength, fcnetActivation, headFcnetActivation, onnxRuntime };
+    const extensions = [...DEFAULT_EXTENSIONS];
+    if (inference !== "served") extensions.push(Extension.POLICY_GRAPH);
+    if (inference !== "local") extensions.push(Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN);
     this.client = new Client(address, { reliable: true, timeoutMs: 120_000, extensions, ...connection });
     /** "local" (the policy runs here) or "served" (the runner computes the actions), once connected. */
     this.mode = null;
@@ -196,7 +200,7 @@ export class EnvClient {
         this._checkContinues(env, obs);
       }
       this._lastObs[env] = Float32Array.from(obs);
-      const taken = this.policy.act(obs);
+      const taken = await this.policy.act(obs);
       this._taken[env] = taken;
       return taken.forEnv;
     });
@@ -360,12 +364,7 @@ export class EnvClient {
     }
     if (space === null) throw new UnsupportedModel(`this client can't act in the runner's action space (kind ${JSON.stringify(this.config.actionSpace?.kind)})`);
     const update = await this.client.getState();
-    this.policy = new LocalPolicy(update.weights, {
-      space,
-      fcnetActivation: this.config?.fcnetActivation ?? o.fcnetActivation,
-      headFcnetActivation: this.config?.headFcnetActivation ?? o.headFcnetActivation,
-      explore: o.explore, seed: o.seed, normalizeActions: o.normalizeActions, clipActions: o.clipActions,
-    });
+    this.policy = await this._localPolicy(space, update.weights);
     if (this.config?.observationSize != null && this.config.observationSize !== this.policy.observationSize) {
       throw new UnsupportedModel(`the module takes ${this.policy.observationSize} inputs but the observation space has ${this.config.observationSize} numbers`);
     }
@@ -373,9 +372,52 @@ export class EnvClient {
     this._lastWeightsAt = Date.now();
     this._builders = Array.from({ length: o.numEnvs }, () => new EpisodeBuilder({
       observationSize: this.policy.observationSize,
+      observationShape: this.policy.observationShape ?? undefined,
+      observationType: this.policy.observationType ?? undefined,
       boxActionShape: space.kind === "box" ? [...space.shape] : null,
-      distInputsSize: this.policy.network.outputSize,
+      distInputsSize: this.policy.outputSize,
     }));
+  }
+
+  /**
+   * RLlib's default MLP (LocalPolicy) on a vector observation, else the runner's policy graph (OnnxPolicy),
+   * as the Python client's `policy_for` picks.
+   * @throws {UnsupportedModel} neither can run the module here (the message says why and what would)
+   */
+  async _localPolicy(space, weights) {
+    const o = this.options;
+    const observation = this.config?.observationSpace;
+    const vector = this.config === null || (observation.kind === "box" && observation.shape.length === 1 && !this.config.modelConfig.use_lstm);
+    const options = { space, explore: o.explore, seed: o.seed, normalizeActions: o.normalizeActions, clipActions: o.clipActions };
+    let why = "it is not RLlib's default MLP on a vector observation";
+    if (vector) {
+      try {
+        return new LocalPolicy(weights, {
+          ...options,
+          fcnetActivation: this.config?.fcnetActivation ?? o.fcnetActivation,
+          headFcnetActivation: this.config?.headFcnetActivation ?? o.headFcnetActivation,
+        });
+      } catch (error) {
+        if (!(error instanceof UnsupportedModel) || !this.config?.policyGraph) throw error;
+        why = error.message;
+      }
+    }
+    const graph = this.config?.policyGraph ?? null;
+    if (graph === null) {
+      throw new UnsupportedModel(
+        `the runner's module runs here only as its policy graph (${why}), and ${this.client.address} sent none ` +
+          "(it did not agree to policy_graph: not an rlinks runner, or its policy_graph setting is off)",
+      );
+    }
+    const policy = await OnnxPolicy.create(graph, weights, { ...options, onnxRuntime: o.onnxRuntime ?? undefined });
+    const refuse = (what) => {
+      void policy.release();
+      return new UnsupportedModel(`this client's EnvClient records ${what} (its OnnxPolicy runs the graph for a loop of your own)`);
+    };
+    if (policy.stateful) throw refuse("no recurrent module's state_out yet");
+    if (policy.observationShape === null) throw refuse("only Box observations, not Dict or Tuple ones");
+    if (policy.observationType === BigInt64Array || policy.observationType === BigUint64Array) throw refuse("no 64-bit integer observations");
+    return policy;
   }
 
   _buildServed() {

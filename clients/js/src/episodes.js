@@ -3,7 +3,7 @@
  *
  * Each chunk is the map RLlib's `SingleAgentEpisode.get_state()` gives, in
  * the stacked form (`finalized: true`: one array per column): observations
- * `[T+1, obs]` float32, actions `[T]` int64 (Discrete) or `[T, *shape]`
+ * `[T+1, obs]` float32 (or `[T+1, *shape]` in the Box's dtype: an image as uint8), actions `[T]` int64 (Discrete) or `[T, *shape]`
  * float32 (Box), rewards `[T]` float32, and the extra model outputs
  * (`action_logp` `[T]`, `action_dist_inputs` `[T, n]`). A running episode
  * cut at a batch boundary goes on in the next chunk with the same `id_`,
@@ -13,7 +13,7 @@
 
 import { float64 } from "./codec.js";
 import { UsageError } from "./errors.js";
-import { NdArray } from "./ndarray.js";
+import { integerRange, NdArray } from "./ndarray.js";
 
 /** Env steps per chunk at most (the runner's check allows 65,536). */
 export const MAX_CHUNK_STEPS = 65536;
@@ -31,18 +31,18 @@ function newId() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** A growable Float32 column of fixed-width rows. */
+/** A growable column of fixed-width rows (Float32 unless another typed array is given). */
 class Column {
-  constructor(width) {
+  constructor(width, TypedArray = Float32Array) {
     this.width = width;
-    this.data = new Float32Array(64 * Math.max(width, 1));
+    this.data = new TypedArray(64 * Math.max(width, 1));
     this.rows = 0;
   }
 
   push(values) {
     const width = Math.max(this.width, 1);
     if ((this.rows + 1) * width > this.data.length) {
-      const grown = new Float32Array(this.data.length * 2);
+      const grown = new this.data.constructor(this.data.length * 2);
       grown.set(this.data);
       this.data = grown;
     }
@@ -76,17 +76,24 @@ class Column {
  */
 export class EpisodeBuilder {
   /**
-   * @param {{observationSize: number, boxActionShape?: number[] | null, distInputsSize?: number,
-   *   maxChunkSteps?: number}} options `boxActionShape` null for Discrete actions; `distInputsSize` 0 for no extra outputs
+   * @param {{observationSize: number, observationShape?: number[], observationType?: Function,
+   *   boxActionShape?: number[] | null, distInputsSize?: number, maxChunkSteps?: number}} options
+   *   `observationShape` the Box's (default `[observationSize]`), `observationType` the typed array of its dtype
+   *   (default Float32Array; not a 64-bit one); `boxActionShape` null for Discrete actions; `distInputsSize` 0 for no extra outputs
    */
-  constructor({ observationSize, boxActionShape = null, distInputsSize = 0, maxChunkSteps = MAX_CHUNK_STEPS }) {
+  constructor({ observationSize, observationShape = [observationSize], observationType = Float32Array, boxActionShape = null,
+    distInputsSize = 0, maxChunkSteps = MAX_CHUNK_STEPS }) {
     if (!(observationSize >= 1)) throw new UsageError("observations need at least one value");
+    if (observationShape.reduce((a, b) => a * b, 1) !== observationSize) throw new UsageError(`an observation of shape [${observationShape}] does not hold ${observationSize} values`);
+    if (observationType === BigInt64Array || observationType === BigUint64Array) throw new UsageError("64-bit integer observations are not recorded by this client");
     this.observationSize = observationSize;
+    this.observationShape = [...observationShape];
+    this.observationRange = integerRange(observationType);
     this.boxShape = boxActionShape;
     this.boxSize = boxActionShape === null ? 0 : boxActionShape.reduce((a, b) => a * b, 1);
     this.distInputsSize = distInputsSize;
     this.maxChunkSteps = maxChunkSteps;
-    this.observations = new Column(observationSize);
+    this.observations = new Column(observationSize, observationType);
     this.actions = this.boxSize ? new Column(this.boxSize) : [];
     this.rewards = new Column(0);
     this.logp = new Column(0);
@@ -170,6 +177,12 @@ export class EpisodeBuilder {
     if (observation?.length !== this.observationSize) {
       throw new UsageError(`an observation needs ${this.observationSize} numbers, got ${observation?.length}`);
     }
+    if (this.observationRange !== null && !(observation instanceof this.observations.data.constructor)) {
+      const [low, high] = this.observationRange;
+      for (const x of observation) {
+        if (!(Number.isInteger(x) && x >= low && x <= high)) throw new UsageError(`an observation of this space holds integers in ${low}..${high}, got ${x}`);
+      }
+    }
     return observation;
   }
 
@@ -213,7 +226,7 @@ export class EpisodeBuilder {
       agent_id: null,
       module_id: null,
       multi_agent_episode_id: null,
-      observations: buffer(this.observations.array([steps + 1, this.observationSize]), true),
+      observations: buffer(this.observations.array([steps + 1, ...this.observationShape]), true),
       actions: buffer(actions, true),
       rewards: buffer(this.rewards.array([steps]), true),
       infos: buffer(Array.from({ length: steps + 1 }, () => ({})), false),

@@ -15,6 +15,7 @@ export { MessageType, OLD_API_TYPES, validateMessage } from "./messages.js";
 export { Network } from "./mlp.js";
 export { Complex, NdArray } from "./ndarray.js";
 export { LocalPolicy } from "./policy.js";
+export { GRAPH_METADATA_KEY, loadOnnxRuntime, OnnxPolicy, readGraphInterface, readGraphMetadata } from "./onnx_policy.js";
 export { actionForEnv, categoricalLogp, gaussianLogp, Random } from "./sampling.js";
 export { openTransport, Transport } from "./transport.js";
 export { makeAct, MAX_ENV_ID, readActions } from "./served.js";

@@ -103,6 +103,17 @@ function dtypeOfTypedArray(values) {
   throw new TypeError(`no numpy dtype for a ${values?.constructor?.name ?? typeof values}`);
 }
 
+const INTEGER_RANGES = new Map([
+  [Uint8Array, [0, 255]], [Uint8ClampedArray, [0, 255]], [Int8Array, [-128, 127]], [Uint16Array, [0, 65535]],
+  [Int16Array, [-32768, 32767]], [Int32Array, [-(2 ** 31), 2 ** 31 - 1]], [Uint32Array, [0, 2 ** 32 - 1]],
+  [BigInt64Array, [-(2 ** 53), 2 ** 53]], [BigUint64Array, [0, 2 ** 53]],
+]);
+
+/** The values an integer typed array's elements hold, `[low, high]` (64-bit: what a JS number holds exactly); null for floats. */
+export function integerRange(TypedArray) {
+  return INTEGER_RANGES.get(TypedArray) ?? null;
+}
+
 /** A numpy array (or, with `scalar`, a numpy scalar) on its way to or from the wire. */
 export class NdArray {
   /**

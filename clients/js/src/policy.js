@@ -1,7 +1,7 @@
 /** The policy run here: RLlib's default MLP ({@link Network}) and its action distribution, over one weight set at a time. */
 
 import { Network } from "./mlp.js";
-import { actionForEnv, greedyCategorical, greedyGaussian, Random, sampleCategorical, sampleGaussian } from "./sampling.js";
+import { drawAction, Random } from "./sampling.js";
 
 export class LocalPolicy {
   /**
@@ -34,18 +34,19 @@ export class LocalPolicy {
     return this.network.observationSize;
   }
 
+  /** Values of the action distribution's inputs per step. */
+  get outputSize() {
+    return this.network.outputSize;
+  }
+
   /**
    * One step of the policy.
    * @returns {{action: number | Float32Array, forEnv: number | Float32Array, logp: number, distInputs: Float32Array}}
    *   `action` as recorded for the learner, `forEnv` as the env applies it
    */
   act(observation) {
-    const distInputs = this.network.forward(observation);
-    const box = this.space.kind === "box";
-    let drawn;
-    if (box) drawn = this.explore ? sampleGaussian(distInputs, this.random) : greedyGaussian(distInputs);
-    else drawn = this.explore ? sampleCategorical(distInputs, this.random) : greedyCategorical(distInputs);
-    const forEnv = box ? actionForEnv(this.space, drawn.action, { normalize: this.normalizeActions, clip: this.clipActions }) : drawn.action;
-    return { action: drawn.action, forEnv, logp: drawn.logp, distInputs };
+    return drawAction(this.space, this.network.forward(observation), {
+      explore: this.explore, random: this.random, normalize: this.normalizeActions, clip: this.clipActions,
+    });
   }
 }

@@ -142,3 +142,17 @@ export function actionForEnv(space, action, { normalize = true, clip = false } =
   if (clip) return Float32Array.from(action, (x, i) => Math.min(Math.max(x, low[i]), high[i]));
   return action;
 }
+
+/**
+ * One step's action from the policy's distribution inputs, as RLlib's exploration (or greedy) pass takes it.
+ * @returns {{action: number | Float32Array, forEnv: number | Float32Array, logp: number, distInputs: Float32Array}}
+ *   `action` as recorded for the learner, `forEnv` as the env applies it ({@link actionForEnv})
+ */
+export function drawAction(space, distInputs, { explore, random, normalize = true, clip = false }) {
+  const box = space.kind === "box";
+  let drawn;
+  if (box) drawn = explore ? sampleGaussian(distInputs, random) : greedyGaussian(distInputs);
+  else drawn = explore ? sampleCategorical(distInputs, random) : greedyCategorical(distInputs);
+  const forEnv = box ? actionForEnv(space, drawn.action, { normalize, clip }) : drawn.action;
+  return { action: drawn.action, forEnv, logp: drawn.logp, distInputs };
+}
