@@ -176,6 +176,8 @@ export interface RunnerConfig {
   observationSize: number | null;
   fcnetActivation: string;
   headFcnetActivation: string;
+  /** The module's ONNX policy graph (PROTOCOL.md 10.7), when the runner agreed to policy_graph and exported one. */
+  policyGraph: Uint8Array | null;
   description: Record<string, unknown>;
 }
 export declare function readRunnerConfig(setConfig: Message): RunnerConfig | null;
@@ -195,7 +197,10 @@ export interface Taken {
   distInputs: Float32Array;
 }
 export declare class EpisodeBuilder {
-  constructor(options: { observationSize: number; boxActionShape?: number[] | null; distInputsSize?: number; maxChunkSteps?: number });
+  constructor(options: {
+    observationSize: number; observationShape?: number[]; observationType?: TypedArrayConstructor;
+    boxActionShape?: number[] | null; distInputsSize?: number; maxChunkSteps?: number;
+  });
   readonly running: boolean;
   readonly steps: number;
   readonly pendingSteps: number;
@@ -227,9 +232,65 @@ export declare class LocalPolicy {
   });
   readonly seqNo: number;
   readonly observationSize: number;
+  readonly outputSize: number;
   readonly network: Network;
   setWeights(weights: WeightSet): void;
   act(observation: ArrayLike<number>): Taken;
+}
+
+/** The typed arrays a Box observation's values may be held in (its dtype's). */
+export type TypedArrayConstructor =
+  | Float32ArrayConstructor | Float64ArrayConstructor | Uint8ArrayConstructor | Int8ArrayConstructor
+  | Uint16ArrayConstructor | Int16ArrayConstructor | Uint32ArrayConstructor | Int32ArrayConstructor
+  | BigInt64ArrayConstructor | BigUint64ArrayConstructor;
+/** One observation for a policy graph: a Box's values (flat), or a Dict (object) / Tuple (array) of them. */
+export type GraphObservation = number | ArrayLike<number> | { [key: string]: GraphObservation } | GraphObservation[];
+/** A recurrent module's state, by its state keys (RLlib's LSTM: h, c). */
+export type RecurrentState = Record<string, Float32Array>;
+export interface GraphTaken extends Taken {
+  /** A recurrent module's state after this step (what the next takes); null when stateless. */
+  stateOut: RecurrentState | null;
+}
+/** The interface in a policy graph's metadata (rlinks_rllib/protocol/policy_graph.py), checked. */
+export interface GraphInterface {
+  version: number;
+  observation_space: Record<string, unknown>;
+  observation_inputs: string[];
+  state_keys: string[];
+  state_inputs: string[];
+  state_outputs: string[];
+  initial_state: Record<string, unknown>;
+  parameters: string[];
+  output: string;
+}
+/** The graph's metadata entry holding its interface: "rlinks.policy". */
+export declare const GRAPH_METADATA_KEY: string;
+/** onnxruntime-web, imported once (UnsupportedModel naming the package when it is not installed). */
+export declare function loadOnnxRuntime(): Promise<unknown>;
+/** An ONNX model's metadata_props, read from its bytes. */
+export declare function readGraphMetadata(bytes: Uint8Array): Map<string, string>;
+export declare function readGraphInterface(text: string | undefined, inputNames: readonly string[]): GraphInterface;
+/** Any exported RLlib module, run here as its ONNX policy graph with onnxruntime-web (PROTOCOL.md 8.1). */
+export declare class OnnxPolicy {
+  /** `onnxRuntime`: a module with onnxruntime's JavaScript API (default: onnxruntime-web, imported now). */
+  static create(graph: Uint8Array, weights: WeightSet, options: {
+    space: ActionSpace; explore?: boolean; seed?: number; normalizeActions?: boolean; clipActions?: boolean;
+    onnxRuntime?: unknown;
+  }): Promise<OnnxPolicy>;
+  readonly seqNo: number;
+  readonly interface: GraphInterface;
+  readonly observationSpace: Record<string, unknown>;
+  /** A plain Box observation's shape, values and typed array; null for a Dict or Tuple. */
+  readonly observationShape: number[] | null;
+  readonly observationSize: number | null;
+  readonly observationType: TypedArrayConstructor | null;
+  readonly outputSize: number;
+  readonly stateful: boolean;
+  initialState(): RecurrentState;
+  setWeights(weights: WeightSet): void;
+  forward(observations: GraphObservation[], states?: RecurrentState[]): Promise<{ distInputs: Float32Array[]; stateOut: RecurrentState[] | null }>;
+  act(observation: GraphObservation, state?: RecurrentState): Promise<GraphTaken>;
+  release(): Promise<void>;
 }
 
 // ---------------------------------------------------------------------------
@@ -346,7 +407,8 @@ export declare class Client {
 }
 
 export interface EnvClientOptions extends ClientOptions {
-  /** "auto" (default): the policy runs here when this client can run the module, else the runner computes the actions. */
+  /** "auto" (default): the policy runs here when this client can run the module (RLlib's default MLP, or the runner's
+   * policy graph with onnxruntime-web), else the runner computes the actions. */
   inference?: "auto" | "local" | "served";
   numEnvs?: number;
   /** null: as the runner's algorithm says. */
@@ -361,6 +423,8 @@ export interface EnvClientOptions extends ClientOptions {
   rolloutFragmentLength?: number;
   fcnetActivation?: string;
   headFcnetActivation?: string;
+  /** The onnxruntime module that runs a policy graph (default: onnxruntime-web, imported when one comes). */
+  onnxRuntime?: unknown;
 }
 export interface EnvClientStats {
   steps: number;
@@ -375,7 +439,7 @@ export declare class EnvClient {
   constructor(address: string, options?: EnvClientOptions);
   readonly client: Client;
   readonly config: RunnerConfig | null;
-  readonly policy: LocalPolicy | null;
+  readonly policy: LocalPolicy | OnnxPolicy | null;
   readonly mode: "local" | "served" | null;
   readonly onPolicy: boolean;
   readonly address: Address;

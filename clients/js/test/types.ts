@@ -1,8 +1,8 @@
 // Compiled by `npm run typecheck` (tsc --noEmit), never run: the calls the README shows, as a TypeScript user writes them.
 
 import {
-  BoxSpace, Client, EnvClient, ErrorCode, NdArray, ProtocolError, ServerError, TrainingEnded, type Ending,
-  type EnvClientStats, type WeightsUpdate,
+  BoxSpace, Client, DiscreteSpace, EnvClient, ErrorCode, NdArray, OnnxPolicy, ProtocolError, ServerError, TrainingEnded,
+  type Ending, type EnvClientStats, type WeightsUpdate,
 } from "rlinks-client";
 
 declare const sim: { reset(): Float32Array; step(action: number | Float32Array): { obs: Float32Array; reward: number; terminated: boolean; truncated: boolean } };
@@ -44,4 +44,20 @@ async function served(obs: Float32Array): Promise<number | Float32Array> {
   return client.logAction(obs, 1, 1);
 }
 
-export { describe, loop, lowLevel, served };
+async function graph(bytes: Uint8Array, update: WeightsUpdate, image: Uint8Array): Promise<number> {
+  const policy = await OnnxPolicy.create(bytes, update.weights, { space: new DiscreteSpace(3), seed: 1 });
+  let state = policy.stateful ? policy.initialState() : undefined;
+  const taken = await policy.act({ camera: image, state: [2, [0.5, -0.5]] }, state);
+  state = taken.stateOut ?? undefined;
+  const { distInputs } = await policy.forward([image, image]);
+  policy.setWeights(update.weights);
+  await policy.release();
+  return taken.logp + distInputs[1][0];
+}
+
+async function imageLoop(sim: { reset(): Uint8Array; step(action: number | Float32Array): { obs: Uint8Array; reward: number } }) {
+  const client = new EnvClient("127.0.0.1:5555", { inference: "local", onnxRuntime: await import("onnxruntime-web") });
+  await client.report(1, sim.step(await client.act(sim.reset())).obs);
+}
+
+export { describe, graph, imageLoop, loop, lowLevel, served };
