@@ -49,7 +49,8 @@ def node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:
         pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
-    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript", "ws")]
+    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript", "ws",
+                                                                            "onnxruntime-web")]
     if not all(path.exists() for path in installed):
         npm = shutil.which("npm")
         if npm is None:
