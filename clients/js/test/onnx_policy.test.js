@@ -77,3 +77,20 @@ test("images are recorded in their dtype and shape, integers in its range only",
   assert.throws(() => builder.reset([0, 1, 2, 0.5]), UsageError);
   assert.throws(() => new EpisodeBuilder({ observationSize: 4, observationShape: [3] }), UsageError);
 });
+
+test("without onnxruntime-web, loading a graph is an UnsupportedModel that names the package", async () => {
+  const { cpSync, mkdtempSync, mkdirSync, rmSync, symlinkSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const root = mkdtempSync(join(tmpdir(), "rlinks-js-"));
+  try {
+    // A copy of the package whose node_modules holds only its one dependency, as `npm install rlinks-client` leaves it.
+    cpSync(new URL("../src", import.meta.url), join(root, "src"), { recursive: true });
+    mkdirSync(join(root, "node_modules"));
+    symlinkSync(new URL("../node_modules/@msgpack", import.meta.url).pathname, join(root, "node_modules", "@msgpack"));
+    const bare = await import(join(root, "src", "onnx_policy.js"));
+    await assert.rejects(bare.loadOnnxRuntime(), (error) => error.name === "UnsupportedModel" && /npm install onnxruntime-web/.test(error.message));
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
