@@ -736,6 +736,41 @@ def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, tmp_path)
     assert not np.allclose(out["updated"], out["logits"][0])  # step 0 again, with the old weights
 
 
+def shares_from_node(node: str, config, source: str, share: int, new_weights) -> tuple:
+    """A real RLinkEnvRunner (in this process, sampled by hand) for *config*, and a Node client running *source*.
+
+    Takes two on-policy shares of *share* steps, after each giving the runner ``new_weights(runner)``
+    (numbered 1, 2: the second is what the client's last report waits for), and waits for the client.
+
+    Returns:
+        (the client's last line as JSON, [share, share] as lists of episodes, [the weights after each share],
+        the runner's transport stats, its module)
+    """
+    from rlinks_rllib import RLinkEnvRunner
+
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    client = None
+    try:
+        client = subprocess.Popen([node, "--input-type=module", "-e", source, f"127.0.0.1:{runner.address[1]}"],
+                                  cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        shares, weights = [], []
+        for seq_no in (1, 2):
+            episodes, deadline = [], time.monotonic() + 120
+            while sum(len(e) for e in episodes) < share and time.monotonic() < deadline and client.poll() is None:
+                episodes += runner.sample()
+            shares.append(episodes)
+            weights.append(new_weights(runner))
+            runner.set_state({"rl_module": weights[-1], "weights_seq_no": seq_no})
+        out, err = client.communicate(timeout=120)
+        assert client.returncode == 0, err[-3000:]
+        return json.loads(out.strip().splitlines()[-1]), shares, weights, runner.get_transport_stats(), runner.module
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        runner.stop()
+
+
 IMAGE_SHAPE = (16, 16, 3)
 IMAGE_SCRIPT = """
     import { EnvClient } from "rlinks-client";
@@ -771,7 +806,6 @@ def test_an_image_module_runs_here_as_its_graph_against_a_real_runner(node, ray_
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from rlinks_rllib import RLinkEnvRunner
     from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
 
     share = 60
@@ -784,41 +818,19 @@ def test_an_image_module_runs_here_as_its_graph_against_a_real_runner(node, ray_
         .env_runners(num_env_runners=0, sample_timeout_s=4.0)
         .training(train_batch_size_per_learner=share)
     )
-    runner = RLinkEnvRunner(config=config, worker_index=0)
-    client = None
-    try:
-        source = IMAGE_SCRIPT % {"size": int(np.prod(IMAGE_SHAPE)), "steps": 2 * share}
-        client = subprocess.Popen([node, "--input-type=module", "-e", source, f"127.0.0.1:{runner.address[1]}"],
-                                  cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    original = {}
 
-        def take_share() -> list:
-            episodes, deadline = [], time.monotonic() + 120
-            while sum(len(e) for e in episodes) < share and time.monotonic() < deadline and client.poll() is None:
-                episodes += runner.sample()
-            return episodes
+    def scaled(runner):  # the runner's first weights, all halved
+        original.update(original or runner.module.get_state())
+        return {name: value * 0.5 for name, value in original.items()}
 
-        first = take_share()
-        state = runner.get_state()
-        scaled = {name: value * 0.5 for name, value in state["rl_module"].items()}
-        runner.set_state({"rl_module": scaled, "weights_seq_no": 1})
-        second = take_share()
-        runner.set_state({"rl_module": scaled, "weights_seq_no": 2})  # what the client's last report waits for
-        out, err = client.communicate(timeout=120)
-        assert client.returncode == 0, err[-3000:]
-        stats = runner.get_transport_stats()
-        module = runner.module
-    finally:
-        if client is not None and client.poll() is None:
-            client.kill()
-            client.wait()
-        runner.stop()
-    result = json.loads(out.strip().splitlines()[-1])
+    source = IMAGE_SCRIPT % {"size": int(np.prod(IMAGE_SHAPE)), "steps": 2 * share}
+    result, shares, weights, stats, module = shares_from_node(node, config, source, share, scaled)
     assert result["policy"] == "OnnxPolicy" and result["mode"] == "local"
     assert stats["errors_total"] == 0
-    assert [sum(len(e) for e in batch) for batch in (first, second)] == [share, share]
-    for batch, params in ((first, {k: torch.as_tensor(v) for k, v in state["rl_module"].items()}),
-                          (second, {k: torch.as_tensor(v) for k, v in scaled.items()})):
-        module.set_state(params)
+    assert [sum(len(e) for e in batch) for batch in shares] == [share, share]
+    for batch, params in zip(shares, (original, weights[0])):
+        module.set_state({k: torch.as_tensor(v) for k, v in params.items()})
         for episode in batch:
             obs = np.asarray(episode.get_observations())[:-1]
             assert obs.dtype == np.uint8 and obs.shape == (len(episode), *IMAGE_SHAPE)
@@ -830,3 +842,77 @@ def test_an_image_module_runs_here_as_its_graph_against_a_real_runner(node, ray_
             log_softmax = want - np.log(np.exp(want).sum(axis=1, keepdims=True))
             np.testing.assert_allclose(np.asarray(episode.get_extra_model_outputs("action_logp")),
                                        log_softmax[np.arange(len(episode)), actions], rtol=1e-4, atol=1e-5)
+
+
+LSTM_SCRIPT = """
+    import { EnvClient } from "rlinks-client";
+    const client = new EnvClient(process.argv[1], { seed: 4, timeoutMs: 60000, retryAttempts: 1, inference: "local" });
+    const observe = (t) => [Math.sin(t / 3), Math.cos(t / 5), (t %% 30) / 30, 0.5];
+    let obs = observe(0);
+    for (let t = 0; t < %(steps)d; t++) {
+      await client.act(obs);
+      const done = (t + 1) %% 30 === 0;
+      await client.report(1, observe(t + 1), done, false);
+      obs = observe(t + 1);
+    }
+    await client.close();
+    console.log(JSON.stringify({ policy: client.policy.constructor.name, stateful: client.policy.stateful }));
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_recurrent_module_runs_here_with_its_state_carried_against_a_real_runner(node, ray_local):
+    """A Node client runs a real PPO runner's LSTM through its policy graph, its state carried from step to step.
+
+    Episodes of 30 steps over shares of 50: the second share's first chunk continues an episode cut by
+    the first, carrying the state_out of the step before it as its lookback. Every chunk's
+    action_dist_inputs are the runner module's over the chunk's observations, from the initial state
+    (a new episode) or that lookback (a continued one), which is the state_out the first chunk ended with.
+    """
+    import gymnasium as gym
+    import torch
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rlinks_rllib.training.multi_input import MultiInputPPOCatalog
+
+    share = 50
+    config = (
+        PPOConfig()
+        .environment(observation_space=gym.spaces.Box(-1, 1, (4,), np.float32), action_space=gym.spaces.Discrete(2),
+                     env_config={"port": 0})
+        .rl_module(rl_module_spec=RLModuleSpec(catalog_class=MultiInputPPOCatalog),
+                   model_config=DefaultModelConfig(use_lstm=True, lstm_cell_size=8, fcnet_hiddens=[8], max_seq_len=10))
+        .env_runners(num_env_runners=0, sample_timeout_s=4.0)
+        .training(train_batch_size_per_learner=share)
+    )
+    result, shares, _, stats, module = shares_from_node(node, config, LSTM_SCRIPT % {"steps": 2 * share}, share,
+                                                        lambda runner: runner.module.get_state())
+    assert result == {"policy": "OnnxPolicy", "stateful": True}
+    assert stats["errors_total"] == 0
+    assert [[len(e) for e in episodes] for episodes in shares] == [[30, 20], [10, 30, 10]]
+    ended = {}  # episode id -> the state_out its last chunk ended with
+    initial = {k: v.unsqueeze(0) for k, v in module.get_initial_state().items()}
+    continued = 0
+    for episode in shares[0] + shares[1]:
+        state_out = episode.get_extra_model_outputs("state_out")
+        if episode.t_started:
+            lookback = episode.get_extra_model_outputs("state_out", indices=-1, neg_index_as_lookback=True)
+            for key, value in ended[episode.id_].items():
+                np.testing.assert_allclose(np.asarray(lookback[key]), value, rtol=1e-6)
+            state_in = {k: torch.as_tensor(np.asarray(v))[None] for k, v in ended[episode.id_].items()}
+            continued += 1
+        else:
+            state_in = initial
+        obs = torch.as_tensor(np.asarray(episode.get_observations())[:-1])[None]
+        with torch.no_grad():
+            ref = module.forward_inference({Columns.OBS: obs, Columns.STATE_IN: state_in})
+        np.testing.assert_allclose(np.asarray(episode.get_extra_model_outputs("action_dist_inputs")),
+                                   ref[Columns.ACTION_DIST_INPUTS][0].numpy(), rtol=1e-4, atol=1e-5)
+        for key, value in ref[Columns.STATE_OUT].items():
+            np.testing.assert_allclose(np.asarray(state_out[key])[-1], value[0].numpy(), rtol=1e-4, atol=1e-5)
+        ended[episode.id_] = {k: np.asarray(v)[-1] for k, v in state_out.items()}
+    assert continued == 1

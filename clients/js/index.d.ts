@@ -200,12 +200,14 @@ export declare class EpisodeBuilder {
   constructor(options: {
     observationSize: number; observationShape?: number[]; observationType?: TypedArrayConstructor;
     boxActionShape?: number[] | null; distInputsSize?: number; maxChunkSteps?: number;
+    /** A recurrent module's state shapes by state key: each step's `stateOut` is recorded as `state_out`. */
+    stateShapes?: Record<string, number[]> | null;
   });
   readonly running: boolean;
   readonly steps: number;
   readonly pendingSteps: number;
   reset(observation: ArrayLike<number>): string;
-  step(taken: Pick<Taken, "action"> & Partial<Taken>, reward: number, observation: ArrayLike<number>, terminated?: boolean, truncated?: boolean): void;
+  step(taken: Pick<Taken, "action"> & Partial<Taken> & { stateOut?: RecurrentState | null }, reward: number, observation: ArrayLike<number>, terminated?: boolean, truncated?: boolean): void;
   truncate(): void;
   takeChunks(): Record<string, unknown>[];
 }
@@ -286,6 +288,7 @@ export declare class OnnxPolicy {
   readonly observationType: TypedArrayConstructor | null;
   readonly outputSize: number;
   readonly stateful: boolean;
+  readonly stateShapes: Record<string, number[]>;
   initialState(): RecurrentState;
   setWeights(weights: WeightSet): void;
   forward(observations: GraphObservation[], states?: RecurrentState[]): Promise<{ distInputs: Float32Array[]; stateOut: RecurrentState[] | null }>;

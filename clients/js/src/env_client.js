@@ -101,6 +101,8 @@ export class EnvClient {
     this._builders = [];
     this._lastObs = new Array(numEnvs).fill(null);
     this._taken = new Array(numEnvs).fill(null);
+    /** A recurrent policy's state per env: what its next act() takes. */
+    this._states = new Array(numEnvs).fill(undefined);
     this._returns = new Array(numEnvs).fill(0);
     this._episodeSteps = new Array(numEnvs).fill(0);
     this._wantSteps = 0;
@@ -194,13 +196,14 @@ export class EnvClient {
       await this._pace();
       const builder = this._builders[env];
       if (!builder.running) {
-        builder.reset(obs);
+        this._startLocal(env, obs);
         this._returns[env] = 0;
       } else {
         this._checkContinues(env, obs);
       }
       this._lastObs[env] = Float32Array.from(obs);
-      const taken = await this.policy.act(obs);
+      const taken = await this.policy.act(obs, this._states[env]);
+      if (this.policy.stateful) this._states[env] = taken.stateOut;
       this._taken[env] = taken;
       return taken.forEnv;
     });
@@ -246,7 +249,7 @@ export class EnvClient {
       if (this.mode === "served") {
         this.served.end(env);
         this.served.setTrain(env, train);
-      } else this._builders[env].reset(obs);
+      } else this._startLocal(env, obs);
       this._taken[env] = null;
       this._returns[env] = 0;
       this._lastObs[env] = this.mode === "served" ? null : Float32Array.from(obs);
@@ -376,6 +379,7 @@ export class EnvClient {
       observationType: this.policy.observationType ?? undefined,
       boxActionShape: space.kind === "box" ? [...space.shape] : null,
       distInputsSize: this.policy.outputSize,
+      stateShapes: this.policy.stateful ? this.policy.stateShapes : null,
     }));
   }
 
@@ -414,7 +418,6 @@ export class EnvClient {
       void policy.release();
       return new UnsupportedModel(`this client's EnvClient records ${what} (its OnnxPolicy runs the graph for a loop of your own)`);
     };
-    if (policy.stateful) throw refuse("no recurrent module's state_out yet");
     if (policy.observationShape === null) throw refuse("only Box observations, not Dict or Tuple ones");
     if (policy.observationType === BigInt64Array || policy.observationType === BigUint64Array) throw refuse("no 64-bit integer observations");
     return policy;
@@ -443,6 +446,12 @@ export class EnvClient {
       throw new UsageError(`${what} needs served actions (the inference option "served"): this client records only the actions of the policy it runs`);
     }
     if (!this.client.agreed(Extension.SERVED_TAKEN)) throw this.client.notAgreedToServedTaken();
+  }
+
+  /** Start env's episode at obs with the policy run here (a recurrent one from its initial state). */
+  _startLocal(env, obs) {
+    this._builders[env].reset(obs);
+    this._states[env] = this.policy.stateful ? this.policy.initialState() : undefined;
   }
 
   _checkContinues(env, obs) {

@@ -62,6 +62,12 @@ class Column {
     this.rows = 0;
   }
 
+  /** A copy of the last row. */
+  last() {
+    const width = Math.max(this.width, 1);
+    return this.data.slice((this.rows - 1) * width, this.rows * width);
+  }
+
   array(shape) {
     return NdArray.from(this.data.slice(0, this.rows * Math.max(this.width, 1)), shape);
   }
@@ -77,12 +83,14 @@ class Column {
 export class EpisodeBuilder {
   /**
    * @param {{observationSize: number, observationShape?: number[], observationType?: Function,
-   *   boxActionShape?: number[] | null, distInputsSize?: number, maxChunkSteps?: number}} options
+   *   boxActionShape?: number[] | null, distInputsSize?: number, stateShapes?: Record<string, number[]> | null,
+   *   maxChunkSteps?: number}} options
    *   `observationShape` the Box's (default `[observationSize]`), `observationType` the typed array of its dtype
-   *   (default Float32Array; not a 64-bit one); `boxActionShape` null for Discrete actions; `distInputsSize` 0 for no extra outputs
+   *   (default Float32Array; not a 64-bit one); `boxActionShape` null for Discrete actions; `distInputsSize` 0 for no extra outputs;
+   *   `stateShapes` a recurrent module's state shapes by state key, whose `stateOut` each step records (`state_out`)
    */
   constructor({ observationSize, observationShape = [observationSize], observationType = Float32Array, boxActionShape = null,
-    distInputsSize = 0, maxChunkSteps = MAX_CHUNK_STEPS }) {
+    distInputsSize = 0, stateShapes = null, maxChunkSteps = MAX_CHUNK_STEPS }) {
     if (!(observationSize >= 1)) throw new UsageError("observations need at least one value");
     if (observationShape.reduce((a, b) => a * b, 1) !== observationSize) throw new UsageError(`an observation of shape [${observationShape}] does not hold ${observationSize} values`);
     if (observationType === BigInt64Array || observationType === BigUint64Array) throw new UsageError("64-bit integer observations are not recorded by this client");
@@ -98,6 +106,11 @@ export class EpisodeBuilder {
     this.rewards = new Column(0);
     this.logp = new Column(0);
     this.distInputs = new Column(distInputsSize);
+    /** A recurrent module's state_out per step, by state key: {shape, column}. */
+    this.states = stateShapes === null ? null : Object.fromEntries(Object.entries(stateShapes).map(
+      ([key, shape]) => [key, { shape: [...shape], column: new Column(shape.reduce((a, b) => a * b, 1)) }]));
+    /** A continuing chunk's state_out of the step before it, by state key (RLlib's learner starts from it). */
+    this.stateLookback = null;
     this.running = false;
     this.id = "";
     this.tStarted = 0;
@@ -123,6 +136,7 @@ export class EpisodeBuilder {
     this._clearSteps();
     this.observations.clear();
     this.observations.push(this._checkObservation(observation));
+    this.stateLookback = null;
     this.startTime = now();
     this.lastStepTime = null;
     return this.id;
@@ -146,6 +160,12 @@ export class EpisodeBuilder {
     if (this.distInputsSize) {
       this.logp.push(taken.logp);
       this.distInputs.push(taken.distInputs);
+    }
+    if (this.states !== null) {
+      for (const [key, { column }] of Object.entries(this.states)) {
+        if (taken.stateOut?.[key]?.length !== column.width) throw new UsageError(`a recurrent step needs stateOut '${key}' of ${column.width} values`);
+      }
+      for (const [key, { column }] of Object.entries(this.states)) column.push(taken.stateOut[key]);
     }
     this.rewards.push(reward);
     this.observations.push(next);
@@ -193,10 +213,25 @@ export class EpisodeBuilder {
     this.rewards.clear();
     this.logp.clear();
     this.distInputs.clear();
+    if (this.states !== null) for (const { column } of Object.values(this.states)) column.clear();
+  }
+
+  /** state_out's buffer: each state key's rows, after the step before this chunk's (its lookback) when it continues one. */
+  _stateOutBuffer(steps) {
+    const lookback = this.stateLookback === null ? 0 : 1;
+    const data = {};
+    for (const [key, { shape, column }] of Object.entries(this.states)) {
+      const rows = new Float32Array((lookback + steps) * column.width);
+      if (lookback) rows.set(this.stateLookback[key]);
+      rows.set(column.data.subarray(0, steps * column.width), lookback * column.width);
+      data[key] = NdArray.from(rows, [lookback + steps, ...shape]);
+    }
+    return { data, lookback, finalized: true, space: null };
   }
 
   _finish(terminated, truncated) {
     this._emit(terminated, truncated);
+    this.stateLookback = null;
     this.running = false;
     this._clearSteps();
   }
@@ -204,6 +239,7 @@ export class EpisodeBuilder {
   _cut() {
     this._emit(false, false);
     this.observations.keepLast();
+    if (this.states !== null) this.stateLookback = Object.fromEntries(Object.entries(this.states).map(([key, { column }]) => [key, column.last()]));
     this.tStarted += this.steps;
     this._clearSteps();
     // The next chunk's clock starts where this one stopped, so chunk durations add up to the episode's.
@@ -221,6 +257,7 @@ export class EpisodeBuilder {
           action_dist_inputs: buffer(this.distInputs.array([steps, this.distInputsSize]), true),
         }
       : null;
+    if (extra !== null && this.states !== null) extra.state_out = this._stateOutBuffer(steps);
     this.finished.push({
       id_: this.id,
       agent_id: null,

@@ -329,6 +329,11 @@ export class OnnxPolicy {
     return this.observationSpace.kind === "box" ? product(this.observationSpace.shape) : null;
   }
 
+  /** A recurrent module's state shapes by state key (one agent, no batch axis); {} when stateless. */
+  get stateShapes() {
+    return Object.fromEntries(this.interface.state_keys.map((key) => [key, arrayShape(this.interface.initial_state[key])]));
+  }
+
   /** The state a recurrent module starts an episode with, by state key (one agent, no batch axis); {} when stateless. */
   initialState() {
     return Object.fromEntries(this.interface.state_keys.map((key) => [key, Float32Array.from(this.interface.initial_state[key].flat(Infinity))]));
