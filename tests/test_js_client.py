@@ -596,15 +596,13 @@ def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
 
 
 GRAPH_STEPS, GRAPH_BATCH = 3, 2
-GRAPH_SCRIPT = """
-    import { readFileSync, writeFileSync } from "node:fs";
-    import { NdArray, OnnxPolicy, BoxSpace, DiscreteSpace, readActionSpace } from "rlinks-client";
-    const work = process.argv[1];
-    const data = JSON.parse(readFileSync(`${work}/data.json`, "utf8"));
+# JavaScript: runGraph(graph bytes, data.json's data) -> what the test compares with Python's OnnxPolicy.
+GRAPH_RUN = """
+  async function runGraph({ NdArray, OnnxPolicy, BoxSpace, DiscreteSpace }, graph, data) {
     const weights = (scale, seqNo) => ({ seqNo, params: new Map(Object.entries(data.params).map(
       ([name, [shape, values]]) => [name, NdArray.from(Float32Array.from(values, (x) => x * scale), shape)])) });
     const space = data.action.kind === "discrete" ? new DiscreteSpace(data.action.n) : new BoxSpace(data.action.shape, [-2], [2]);
-    const policy = await OnnxPolicy.create(readFileSync(`${work}/graph.onnx`), weights(1, 1), { space, seed: 5 });
+    const policy = await OnnxPolicy.create(graph, weights(1, 1), { space, seed: 5 });
     const rows = (t) => Array.from({ length: data.batch }, (_, r) => {
       let obs = null;                      // each row nested as the space is, from its leaves' key paths
       data.leaves[t].forEach(([path, values]) => {
@@ -630,8 +628,83 @@ GRAPH_SCRIPT = """
     out.updated = (await policy.forward(rows(0))).distInputs.map((row) => Array.from(row));
     policy.setWeights(weights(1, 1));      // an older set is ignored
     out.afterOlder = (await policy.forward(rows(0))).distInputs.map((row) => Array.from(row));
-    writeFileSync(`${work}/out.json`, JSON.stringify(out));
+    return out;
+  }
 """
+GRAPH_NODE = """
+  import { readFileSync, writeFileSync } from "node:fs";
+  import * as rlinks from "rlinks-client";
+  %s
+  const work = process.argv[1];
+  const out = await runGraph(rlinks, readFileSync(`${work}/graph.onnx`), JSON.parse(readFileSync(`${work}/data.json`, "utf8")));
+  writeFileSync(`${work}/out.json`, JSON.stringify(out));
+""" % GRAPH_RUN
+# A page that runs it in a browser: the package's sources and onnxruntime-web's ESM build through an import map.
+GRAPH_PAGE = """<!doctype html>
+<script type="importmap">
+  {"imports": {"rlinks-client": "/js/src/index.js",
+               "@msgpack/msgpack": "/js/node_modules/@msgpack/msgpack/dist.esm/index.mjs",
+               "onnxruntime-web": "/js/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs"}}
+</script>
+<script type="module">
+  import * as rlinks from "rlinks-client";
+  %s
+  try {
+    const ort = await import("onnxruntime-web");
+    ort.env.wasm.wasmPaths = "/js/node_modules/onnxruntime-web/dist/";
+    const graph = new Uint8Array(await (await fetch("graph.onnx")).arrayBuffer());
+    window.result = { out: await runGraph(rlinks, graph, await (await fetch("data.json")).json()) };
+  } catch (error) {
+    window.result = { error: String(error.stack ?? error) };
+  }
+</script>
+""" % GRAPH_RUN
+# puppeteer-core with the system's Chromium: open the page, print what it put in window.result.
+GRAPH_BROWSER = """
+  import puppeteer from "puppeteer-core";
+  const [chromium, url] = process.argv.slice(1);
+  const browser = await puppeteer.launch({ executablePath: chromium, headless: true, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
+  try {
+    const page = await browser.newPage();
+    await page.goto(url, { waitUntil: "load" });
+    await page.waitForFunction(() => window.result !== undefined, { timeout: 120000 });
+    console.log(JSON.stringify(await page.evaluate(() => window.result)));
+  } finally {
+    await browser.close();
+  }
+"""
+
+
+def run_graph_in_chromium(node: str, work: Path) -> dict:
+    """GRAPH_PAGE in headless Chromium, served over HTTP with clients/js at /js/ and *work*'s files at /."""
+    import functools
+    import http.server
+    import threading
+
+    from test_web_game import CHROMIUM_NAMES
+
+    chromium = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
+    if chromium is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium): the graph can't be run in a browser")
+    (work / "js").symlink_to(PACKAGE)
+    (work / "index.html").write_text(GRAPH_PAGE)
+    handler = functools.partial(type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),
+                                directory=str(work))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run([node, "--input-type=module", "-e", GRAPH_BROWSER, chromium,
+                               f"http://127.0.0.1:{server.server_address[1]}/index.html"],
+                              cwd=PACKAGE, capture_output=True, text=True, timeout=240)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "error" not in result, result["error"]
+    return result["out"]
 
 
 def graph_case(case: str):
@@ -661,10 +734,10 @@ def graph_case(case: str):
     return observation, action, module, export_policy_graph(module)
 
 
-@pytest.mark.parametrize("case", ["image", "dict", "lstm"])
+@pytest.mark.parametrize("case, runtime", [("image", "node"), ("dict", "node"), ("lstm", "node"), ("image", "chromium")])
 @pytest.mark.timeout(300)
-def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, tmp_path):
-    """onnxruntime-web under Node and Python's OnnxPolicy (onnxruntime) run the same graph alike.
+def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, runtime, tmp_path):
+    """onnxruntime-web (under Node, and in headless Chromium) and Python's OnnxPolicy (onnxruntime) run a graph alike.
 
     The same graph, weights and observations (an image, a Dict holding a Tuple, an LSTM's state carried
     from step to step) give the same action_dist_inputs; a newer weight set (a SET_STATE) fed to the same
@@ -695,10 +768,13 @@ def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, tmp_path)
         else {"kind": "box", "shape": list(action.shape)},
         "batch": GRAPH_BATCH, "steps": GRAPH_STEPS,
     }))
-    done = subprocess.run([node, "--input-type=module", "-e", GRAPH_SCRIPT, str(tmp_path)], cwd=PACKAGE,
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads((tmp_path / "out.json").read_text())
+    if runtime == "chromium":
+        out = run_graph_in_chromium(node, tmp_path)
+    else:
+        done = subprocess.run([node, "--input-type=module", "-e", GRAPH_NODE, str(tmp_path)], cwd=PACKAGE,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads((tmp_path / "out.json").read_text())
 
     space = {"kind": "discrete", "n": int(action.n)} if hasattr(action, "n") else action
     python = OnnxPolicy(graph, params, space)
