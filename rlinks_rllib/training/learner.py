@@ -202,10 +202,12 @@ def _sigterm_sets(flag: threading.Event, algo: Any = None) -> Iterator[None]:
     after its next training step (:func:`_iteration_minimums`), whatever
     steps it still wanted (SAC's and DQN's want 100 and 1,000). And where
     RLlib's sampling loop has not had a single env step yet, which it would
-    wait for forever with no simulator connected, the iteration is dropped
-    there (:class:`_StoppedWaiting`): nothing of it was sampled, so nothing
-    is lost. Until the loop gets there, the signal is delivered again every
-    ``_NUDGE_S`` seconds to look again.
+    wait for forever with no simulator connected, and waits in the local
+    runner's inbox (:func:`_waiting_for_first_steps`), the iteration is
+    dropped there (:class:`_StoppedWaiting`): nothing of it was taken, so
+    nothing confirmed to a client is lost. Until the loop gets there, the
+    signal is delivered again every ``_NUDGE_S`` seconds to look again.
+    Remote runners' sampling is never interrupted (see the function).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -245,13 +247,27 @@ def _nudge(done: threading.Event) -> None:
 
 
 def _waiting_for_first_steps(frame: Any) -> bool:
-    """Whether ``frame`` is inside RLlib's ``synchronous_parallel_sample`` before its first env step."""
+    """Whether ``frame`` waits in a local runner's inbox for an iteration's first env steps.
+
+    That is: inside ``Condition.wait`` of :meth:`~rlinks_rllib.server.inbox.Inbox.take`
+    (nothing taken, so nothing confirmed to a client), called while RLlib's
+    ``synchronous_parallel_sample`` has no env step yet. With remote runners
+    the driver waits in Ray instead, where a result may already be on its way
+    with steps confirmed to clients: it is never interrupted there.
+    """
+    child = None
+    in_inbox_wait = False
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "synchronous_parallel_sample" and "rllib" in code.co_filename:
-            return frame.f_locals.get("agent_or_env_steps") == 0
-        frame = frame.f_back
+        if code.co_name == "take" and code.co_filename.endswith(_INBOX_FILE):
+            in_inbox_wait = child is not None and child.f_code.co_name == "wait"
+        elif code.co_name == "synchronous_parallel_sample" and "rllib" in code.co_filename:
+            return in_inbox_wait and frame.f_locals.get("agent_or_env_steps") == 0
+        child, frame = frame, frame.f_back
     return False
+
+
+_INBOX_FILE = os.path.join("server", "inbox.py")
 
 
 #: RLlib's settings that keep an iteration going (``Algorithm.train`` repeats its training step until all are met).
