@@ -992,3 +992,68 @@ def test_a_recurrent_module_runs_here_with_its_state_carried_against_a_real_runn
             np.testing.assert_allclose(np.asarray(state_out[key])[-1], value[0].numpy(), rtol=1e-4, atol=1e-5)
         ended[episode.id_] = {k: np.asarray(v)[-1] for k, v in state_out.items()}
     assert continued == 1
+
+
+SIDES_CONFIG = """
+description: PPO on Sides, an 8x8 grey image bright on its left or right half; the action names the side
+algorithm: PPO
+spaces:
+  observation: {box: {low: 0, high: 255, shape: [8, 8, 1], dtype: uint8}}
+  action: {discrete: 2}
+training: {lr: 0.001, train_batch_size_per_learner: 400, minibatch_size: 100, num_epochs: 6, gamma: 0.9}
+model: {conv_filters: [[8, [4, 4], 4]], fcnet_hiddens: [32], fusionnet_hiddens: [32]}
+env_runners: {num_env_runners: 1, sample_timeout_s: 60}
+learners: {num_learners: 0}
+rlinks: {host: 127.0.0.1, port: 5555}
+stop: {reward: 9, iters: 30}
+"""
+SIDES_CLIENT = """
+    import { EnvClient } from "rlinks-client";
+    const client = new EnvClient(process.argv[1], { inference: "local", seed: Number(process.argv[2]) });
+    const image = (side) => Uint8Array.from({ length: 64 }, (_, i) => ((i % 8 < 4) === (side === 0) ? 255 : 0));
+    const ending = await client.run(async () => {
+      for (;;) {
+        let side = Math.random() < 0.5 ? 0 : 1;
+        let obs = image(side);
+        for (let t = 0; t < 10; t++) {
+          const action = await client.act(obs);
+          const next = Math.random() < 0.5 ? 0 : 1;
+          await client.report(action === side ? 1 : 0, image(next), false, t === 9);
+          side = next;
+          obs = image(next);
+        }
+      }
+    });
+    console.log(JSON.stringify({ ending, policy: client.policy.constructor.name, steps: client.stats.steps }));
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_js_clients_train_a_cnn_on_images_through_its_graph(node, tmp_path):
+    """`rlinks learner` with a CNN on 8x8 uint8 images; 2 Node clients run it as its graph and it learns.
+
+    Sides: each step's image is bright on one half and the action that names that half scores 1, ten
+    steps an episode: random play scores 5, the target is 9.
+    """
+    config = tmp_path / "sides.yaml"
+    config.write_text(SIDES_CONFIG)
+    started = time.monotonic()
+    clients: list[subprocess.Popen] = []
+    with Learner(config, tmp_path) as learner:
+        try:
+            clients = [subprocess.Popen([node, "--input-type=module", "-e", SIDES_CLIENT, learner.address, str(seed)],
+                                        cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for seed in range(2)]
+            reached = learner.wait(timeout=480)
+            outputs = [client.communicate(timeout=60) for client in clients]
+        finally:
+            for proc in clients:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+    assert reached >= 9, learner.output
+    for out, err in outputs:
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["ending"] == "training_ended" and summary["policy"] == "OnnxPolicy", err[-2000:]
+    print(f"Node clients trained a CNN on images to {reached:.2f} in {time.monotonic() - started:.0f} s")
