@@ -565,25 +565,37 @@ class Learner:
                 self.output = self.process.communicate(timeout=10)[0]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
-    """`rlinks learner --config ppo_cartpole` (2 runners) to 450; 4 Node clients given the directory's one address."""
-    started = time.monotonic()
+def train_with_clients(config: Path, tmp_path: Path, timeout: float, commands) -> tuple[float, list[str], str]:
+    """A ``Learner`` for *config* and clients ``commands(its address)`` (run in clients/js) until it stops.
+
+    Returns:
+        (the mean return it reached, each client's output with its errors, the learner's output)
+    """
     clients: list[subprocess.Popen] = []
-    with Learner(ROOT / "configs" / "ppo_cartpole.yaml", tmp_path) as learner:
+    with Learner(config, tmp_path) as learner:
         try:
-            clients = [subprocess.Popen([node, str(EXAMPLE), "--address", learner.address, "--max-steps", "10000000",
-                                         "--seed", str(i), "--shutdown-grace", "5"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(4)]
-            reached = learner.wait(timeout=780)
+            clients = [subprocess.Popen(command, cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True) for command in commands(learner.address)]
+            reached = learner.wait(timeout=timeout)
             outputs = [client.communicate(timeout=60)[0] for client in clients]
         finally:
             for proc in clients:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(timeout=10)
-    assert reached >= 450, learner.output
+    return reached, outputs, learner.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_js_clients_train_ppo_cartpole_to_450(node, tmp_path):
+    """`rlinks learner --config ppo_cartpole` (2 runners) to 450; 4 Node clients given the directory's one address."""
+    started = time.monotonic()
+    reached, outputs, log = train_with_clients(
+        ROOT / "configs" / "ppo_cartpole.yaml", tmp_path, 780,
+        lambda address: [[node, str(EXAMPLE), "--address", address, "--max-steps", "10000000", "--seed", str(i),
+                          "--shutdown-grace", "5"] for i in range(4)])
+    assert reached >= 450, log
     for text in outputs:
         assert "the learner stopped" in text, text
         assert summary_of(text)["steps"] > 0
@@ -1039,21 +1051,11 @@ def test_js_clients_train_a_cnn_on_images_through_its_graph(node, tmp_path):
     config = tmp_path / "sides.yaml"
     config.write_text(SIDES_CONFIG)
     started = time.monotonic()
-    clients: list[subprocess.Popen] = []
-    with Learner(config, tmp_path) as learner:
-        try:
-            clients = [subprocess.Popen([node, "--input-type=module", "-e", SIDES_CLIENT, learner.address, str(seed)],
-                                        cwd=PACKAGE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                       for seed in range(2)]
-            reached = learner.wait(timeout=480)
-            outputs = [client.communicate(timeout=60) for client in clients]
-        finally:
-            for proc in clients:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-    assert reached >= 9, learner.output
-    for out, err in outputs:
+    reached, outputs, log = train_with_clients(
+        config, tmp_path, 480,
+        lambda address: [[node, "--input-type=module", "-e", SIDES_CLIENT, address, str(seed)] for seed in range(2)])
+    assert reached >= 9, log
+    for out in outputs:
         summary = json.loads(out.strip().splitlines()[-1])
-        assert summary["ending"] == "training_ended" and summary["policy"] == "OnnxPolicy", err[-2000:]
+        assert summary["ending"] == "training_ended" and summary["policy"] == "OnnxPolicy", out[-2000:]
     print(f"Node clients trained a CNN on images to {reached:.2f} in {time.monotonic() - started:.0f} s")
