@@ -99,14 +99,19 @@ def test_typescript_types_check(node):
 def test_error_codes_message_types_and_extensions_are_pythons(node):
     """Nothing spelled by hand in JavaScript drifts from the Python package's lists."""
     lists = json.loads(node_eval(node, """
-        import { ErrorCode, ERROR_CODES, MessageType, Extension } from "rlinks-client";
-        console.log(JSON.stringify({codes: ErrorCode, sent: [...ERROR_CODES], types: MessageType, extensions: Extension}));
+        import { ErrorCode, ERROR_CODES, MessageType, Extension, GRAPH_METADATA_KEY, POLICY_GRAPH_KEY } from "rlinks-client";
+        import { GRAPH_INTERFACE_VERSION } from "./src/onnx_policy.js";
+        console.log(JSON.stringify({codes: ErrorCode, sent: [...ERROR_CODES], types: MessageType, extensions: Extension,
+                                    graph: [GRAPH_METADATA_KEY, GRAPH_INTERFACE_VERSION, POLICY_GRAPH_KEY]}));
     """))
     assert lists["codes"] == {code.name: code.value for code in ErrorCode}
     from rlinks_rllib.protocol.errors import ERROR_CODES
     assert set(lists["sent"]) == ERROR_CODES
     assert lists["types"] == {kind.name: kind.value for kind in MessageType}
     assert lists["extensions"] == {extension.name: extension.value for extension in Extension}
+    from rlinks_rllib.protocol.config import POLICY_GRAPH_KEY
+    from rlinks_rllib.protocol.policy_graph import METADATA_KEY, VERSION
+    assert lists["graph"] == [METADATA_KEY, VERSION, POLICY_GRAPH_KEY]
 
 
 def test_auth_proofs_are_pythons(node):

@@ -181,6 +181,8 @@ export interface RunnerConfig {
   description: Record<string, unknown>;
 }
 export declare function readRunnerConfig(setConfig: Message): RunnerConfig | null;
+/** SET_CONFIG's key holding the module's ONNX policy graph: "policy_graph". */
+export declare const POLICY_GRAPH_KEY: string;
 
 export interface WeightSet {
   params: Map<string, NdArray>;

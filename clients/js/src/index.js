@@ -5,7 +5,7 @@ export { Client, DEFAULT_EXTENSIONS, VERSION } from "./client.js";
 export { parseAddress } from "./address.js";
 export { normalizeSecret, SECRET_ENV } from "./auth.js";
 export { decodeBody, encodeBody, float64, Float64 } from "./codec.js";
-export { BoxSpace, DiscreteSpace, readActionSpace, readRunnerConfig } from "./config.js";
+export { BoxSpace, DiscreteSpace, POLICY_GRAPH_KEY, readActionSpace, readRunnerConfig } from "./config.js";
 export { EpisodeBuilder, episodeSteps } from "./episodes.js";
 export * from "./errors.js";
 export { Extension, makeOffer, parseOffer } from "./extensions.js";

@@ -273,14 +273,12 @@ export class OnnxPolicy {
     } catch (error) {
       throw new UnsupportedModel(`onnxruntime can't load the policy graph: ${error.message}`);
     }
-    let face;
     try {
-      face = readGraphInterface(text, session.inputNames);
+      return new OnnxPolicy(ort, session, readGraphInterface(text, session.inputNames), weights, options);
     } catch (error) {
       await session.release();
       throw error;
     }
-    return new OnnxPolicy(ort, session, face, weights, options);
   }
 
   /** @private use {@link OnnxPolicy.create} */
