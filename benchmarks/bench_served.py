@@ -210,8 +210,9 @@ def versus_godot(python: Path, address: str, mode: str, counts: tuple[int, ...],
         rows.append([n, median(theirs), median(ours), median_ratio(ours, theirs), median(their_p50), median(our_p50)])
     print_table(["agents per tick", "Godot RL actions/s", "ours actions/s", "ours / Godot RL",
                  "Godot RL p50 ms", "ours p50 ms"], rows)
+    learning = "paused" if mode == "paused" else "running"
     for n, _, _, ratio, their_p50, our_p50 in rows:
-        print(f"  ratio ours/Godot RL actions/s, learning {mode}, {n} agent(s): {ratio:.2f}x  "
+        print(f"  ratio ours/Godot RL actions/s, learning {learning}, {n} agent(s): {ratio:.2f}x  "
               f"(round trip p50 {our_p50:.3f} ms vs {their_p50:.3f} ms)")
 
 
