@@ -1150,6 +1150,10 @@ VALID_VECTORS = [
     ("valid_served_actions", [1], "client READY", lambda m: [UNEXPECTED]),
     ("valid_served_taken", [0], "server READY", lambda m: [UNSUPPORTED]),
     ("valid_served_taken", [1], "client READY", lambda m: [UNEXPECTED]),
+    # The takeover marker is an extra model output: any server reads the chunk; its ACT needs served_actions.
+    ("valid_takeover", [0], "server READY", lambda m: [("EpisodesReceived", {
+        "episodes": m[0]["episodes"], "timesteps": m[0].get("timesteps"), "seq": m[0].get("seq"), "on_policy": False})]),
+    ("valid_takeover", [1], "server READY", lambda m: [UNSUPPORTED]),
     # Multi-agent chunks are plain episodes to the connection; the runner's ingest reads them.
     ("valid_episodes_multi_agent", None, "server READY", _episodes(True)),
     ("valid_episodes_multi_agent_rllib", None, "server READY", _episodes(False)),
