@@ -72,7 +72,9 @@ class ReliableClient(threading.Thread):
 
     def __init__(self, address: str, seed: int) -> None:
         super().__init__(daemon=True, name=f"reliable-client-{seed}")
-        self.client = RLinkClient(address, reliable=True, timeout=60.0, connect_timeout=2.0, retry_attempts=80,
+        # The retry budget (400 attempts, at most 0.5 s apart: over 200 s) outlasts the tests' own wait for
+        # Ray to restart a killed runner (150 s): with 80 (about 40 s) a slow restart ended the client first.
+        self.client = RLinkClient(address, reliable=True, timeout=60.0, connect_timeout=2.0, retry_attempts=400,
                                   backoff_initial=0.05, backoff_cap=0.5)
         self.rng = np.random.default_rng(seed)
         self.stopping = threading.Event()
