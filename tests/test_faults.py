@@ -258,6 +258,9 @@ def test_learner_restored_from_a_checkpoint_on_the_same_ports(ray_local, tmp_pat
         algo = Algorithm.from_checkpoint(checkpoint)
         assert runner_addresses(algo)[0][2] == port
         second = [algo.train() for _ in range(2)]
+        # One client can fill two updates alone (the runner extends them): the other may still be
+        # between attempts when they end, so wait for it rather than stop it first.
+        wait_for(lambda: all(c.client.stats.reconnects >= 1 for c in clients), 60, "both clients reconnected")
         books = check_books(clients, first + second)
         stats = transport_stats(algo)
     finally:
