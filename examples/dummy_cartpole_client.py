@@ -1,23 +1,15 @@
-"""A simulator that trains with RLlib over RLlink: the template to copy.
+"""A simulator that trains with RLlib over RLlink: the template to copy. No Ray here, numpy and msgpack only.
 
-Your simulator (a game engine, a robot sim, a legacy program) owns its loop. It
-calls ``client.act(obs)`` for an action and ``client.report(...)`` with what
-happened; EnvClient runs the policy (or asks the learner for actions), records
-the episodes, sends them and takes the new weights. ``CartPole`` below
-(gymnasium's CartPole-v1, step for step, numpy only) stands in for your program.
+Your simulator owns its loop: it calls ``client.act(obs)`` for an action and ``client.report(...)`` with what
+happened; EnvClient runs the policy (or asks the learner: ``--served-actions``), records and sends the episodes
+and takes the new weights. ``CartPole`` (gymnasium's CartPole-v1 step for step) stands in for your program;
+``--envs N`` steps N together; with ``--teacher`` a scripted controller takes over when the pole nears a fall.
 
     rlinks learner --config ppo_cartpole                   # then, in another shell:
     python examples/dummy_cartpole_client.py --address 127.0.0.1:5555
-
-``--served-actions`` lets the learner run the policy; ``--envs N`` steps N
-simulators together; with ``--teacher`` a scripted controller takes over when the
-pole is about to fall. No Ray here: ``pip install rlinks-rllib`` (numpy, msgpack).
 """
 
-from __future__ import annotations
-
 import argparse
-import collections
 import logging
 import math
 import signal
@@ -89,7 +81,6 @@ def make_env(name: str, seed: int | None):
     if name == "CartPole-v1":
         return CartPole(seed)
     import gymnasium as gym  # only for another --env
-
     return gym.make(name)
 
 
@@ -105,29 +96,24 @@ def run(args: argparse.Namespace) -> dict:
     done = threading.Event()
     if args.report_every:
         threading.Thread(target=print_progress, args=(client, args.report_every, done), daemon=True).start()
-    returns, episode_return, steps = collections.deque(maxlen=20), np.zeros(len(envs)), 0
-
+    steps = 0
     with client:
         obs = [env.reset(seed=None if args.seed is None else args.seed + i)[0] for i, env in enumerate(envs)]
         while steps < args.max_steps:
             actions = act(client, obs, teacher if args.teacher else None)
             obs, reward, terminated, truncated, _ = map(list, zip(*(env.step(a) for env, a in zip(envs, actions))))
             client.report(reward, obs, terminated, truncated)
-            steps, episode_return = steps + len(envs), episode_return + reward
+            steps += len(envs)
             for i, env in enumerate(envs):
                 if terminated[i] or truncated[i]:  # that episode ended: the env's next act starts the next one
-                    returns.append(episode_return[i])
-                    episode_return[i] = 0.0
                     obs[i] = env.reset()[0]
     if client.stopped:
         logging.info("stopped by SIGTERM while waiting for the learner")
     done.set()
-    stats = client.stats
-    return {"steps": stats.steps, "episodes": stats.episodes,
-            "mean_return_last_20": float(np.mean(returns)) if returns else float("nan"),
-            "reconnects": stats.delivery.reconnects, "batches_resent": stats.delivery.batches_resent,
-            "steps_sent": stats.delivery.steps_sent, "steps_acked": stats.delivery.steps_acked,
-            "takeover_rate": stats.takeover_rate}
+    stats, sent = client.stats, client.stats.delivery
+    return {"steps": stats.steps, "episodes": stats.episodes, "mean_return": stats.mean_return,
+            "reconnects": sent.reconnects, "batches_resent": sent.batches_resent, "steps_sent": sent.steps_sent,
+            "steps_acked": sent.steps_acked, "takeover_rate": stats.takeover_rate}
 
 
 def act(client: EnvClient, obs: list, teacher) -> list:
@@ -143,10 +129,9 @@ def act(client: EnvClient, obs: list, teacher) -> list:
 def print_progress(client: EnvClient, every: float, done: threading.Event) -> None:
     """A ``progress:`` line every ``every`` seconds, from a thread: ACKs also come while the loop waits."""
     while not done.wait(every):
-        stats, address = client.stats, client.address
-        print(f"progress: steps_sent={stats.delivery.steps_sent} steps_acked={stats.delivery.steps_acked} "
-              f"reconnects={stats.delivery.reconnects} runner={address.host}:{address.port} "
-              f"weights={stats.weights_seq_no}", flush=True)
+        stats, sent, runner = client.stats, client.stats.delivery, client.address
+        print(f"progress: steps_sent={sent.steps_sent} steps_acked={sent.steps_acked} reconnects={sent.reconnects} "
+              f"runner={runner.host}:{runner.port} weights={stats.weights_seq_no}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
