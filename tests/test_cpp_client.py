@@ -222,6 +222,7 @@ class ServedPeer:
             send instead (a misbehaving runner).
         drop: ``hook(conn_index, act_index, rows) -> bool``: close the
             connection instead of answering.
+        extensions: what it agrees to.
 
     Attributes:
         acts: ``(conn_index, rows)`` for every ``ACT``, rows as
@@ -231,8 +232,9 @@ class ServedPeer:
     """
 
     def __init__(self, *, hold_s: float = 0.0, hold_acts: int = 0, answer=None, drop=None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, extensions: tuple[str, ...] = ("served_actions", "want_steps", "ack")) -> None:
         self.hold_s, self.hold_acts, self.answer, self.drop, self.timeout = hold_s, hold_acts, answer, drop, timeout
+        self.extensions = extensions
         self.acts: list[tuple[int, ActRows]] = []
         self.violations: list[ProtocolError] = []
         self.errors: list[BaseException] = []
@@ -277,7 +279,7 @@ class ServedPeer:
                 self.errors.append(exc)
 
     def _handle(self, sock: socket.socket, index: int) -> None:
-        conn = Connection(Role.SERVER, extensions=["served_actions", "want_steps", "ack"], agent="served-peer/0")
+        conn = Connection(Role.SERVER, extensions=list(self.extensions), agent="served-peer/0")
         sock.settimeout(self.timeout)
         while not self._stop.is_set():
             data = sock.recv(1 << 16)
@@ -922,6 +924,140 @@ def test_served_actions_need_a_runner_that_serves_them(cpp):
     assert result.returncode == 3, result.stderr
     assert "does not serve actions" in result.stderr and "served_actions" in result.stderr
     assert server.types() == ["PING"]  # nothing asked of a runner that did not agree
+
+
+# ----------------------------------------------------------------------
+# Actions the simulator takes itself (log_action, take_over) and episodes not trained on
+
+
+def scenario_of(cpp, address: str, name: str, *mode: str) -> tuple[list[str], list[str]]:
+    """Run scenario ``name``; its refused calls' messages and its other lines."""
+    result = subprocess.run([str(cpp / "env_client_scenarios"), address, name, *mode], capture_output=True,
+                            text=True, timeout=60)
+    lines = result.stdout.splitlines()
+    assert result.returncode in (0, 3), result.stdout + result.stderr
+    return [line[len("error: "):] for line in lines if line.startswith("error: ")], lines
+
+
+#: What the "taken" scenario's refused calls say, local or served.
+TAKEN_REFUSALS = ["action 2 is not one of Discrete(2) (0..1)", "a Box action for Discrete(2)",
+                  "log_action(): 0 action(s) for 1 env(s)"]
+
+
+def test_log_action_take_over_and_an_untrained_episode_local(cpp):
+    """The simulator's own actions go with the policy's log-probability of them (as NumpyPolicy computes it),
+    the take-over is marked, and the episode not trained on is never sent."""
+    from rlinks_rllib.client import NumpyPolicy
+
+    with ScriptedRunner(extensions=("want_steps", "ack", "takeover")) as server:
+        refusals, lines = scenario_of(cpp, server.address, "taken")
+    assert refusals == TAKEN_REFUSALS and lines[-1] == "done", lines
+    assert "episodes=2 takeover_steps=1 takeover_rate=0.2" in lines  # env 1's 0 of 2, env 0's 1 of 3
+    [(_, message)] = server.batch_messages()
+    first, second = (check_chunk(state) for state in message["episodes"])  # env 1's steps are not there
+    assert message["timesteps"] == UPDATE_STEPS and first["is_terminated"] and second["t_started"] == 0
+    assert first["actions"]["data"][:2].tolist() == [1, 0]
+    extra = first["extra_model_outputs"]
+    assert extra["rlinks_takeover"]["data"].tolist() == [False, True, False]
+    assert "rlinks_takeover" not in second["extra_model_outputs"]  # a chunk without take-overs has no marker
+    policy = NumpyPolicy(PARAMS, {"kind": "discrete", "n": 2})
+    obs = first["observations"]["data"][:2]
+    expected = policy.outputs_for(obs, np.array([1, 0]))
+    np.testing.assert_allclose(extra["action_dist_inputs"]["data"][:2], expected.action_dist_inputs, rtol=1e-5)
+    np.testing.assert_allclose(extra["action_logp"]["data"][:2], expected.action_logp, rtol=1e-5, atol=1e-6)
+
+
+def test_take_over_needs_a_runner_that_keeps_it_out_of_on_policy_updates(cpp):
+    with ScriptedRunner() as server:  # want_steps and ack only
+        _, lines = scenario_of(cpp, server.address, "taken")
+    assert lines[-1].startswith("not agreed: ") and "did not agree to takeover (agent 'rlinks-test-peer/0')" in \
+        lines[-1] and "use log_action to record them as the policy's own" in lines[-1], lines
+    assert server.batch_messages() == []
+
+
+def test_served_log_action_take_over_and_untrained_episodes_go_as_their_columns(cpp):
+    with ServedPeer(extensions=("served_actions", "served_taken", "takeover", "want_steps", "ack")) as peer:
+        refusals, lines = scenario_of(cpp, peer.address, "taken", "served")
+    assert refusals == TAKEN_REFUSALS and lines[-1] == "done", lines
+    assert "episodes=2 takeover_steps=1 takeover_rate=0.2" in lines
+    assert peer.errors == [] and peer.violations == []
+    acts = [rows for _, rows in peer.acts]
+    # Env 1's episode: every row says it is not trained on.
+    assert acts[0].env == [1] and acts[0].start.tolist() == [True] and acts[0].train.tolist() == [False]
+    assert acts[1].env == [1] and acts[1].train.tolist() == [False] and acts[1].taken_mask is None
+    # Env 1's ending row, then env 0's start row with the simulator's own action.
+    assert acts[2].env == [1, 0] and acts[2].terminated.tolist() == [True, False] and acts[2].start.tolist() == [
+        False, True]
+    assert acts[2].taken_mask.tolist() == [False, True] and np.asarray(acts[2].taken).tolist() == [0, 1]
+    assert acts[2].train.tolist() == [False, True] and acts[2].takeover is None
+    # The take-over: its own action, marked.
+    assert acts[3].env == [0] and acts[3].taken_mask.tolist() == [True] and np.asarray(acts[3].taken).tolist() == [0]
+    assert acts[3].takeover.tolist() == [True] and acts[3].reward.tolist() == [0.5]
+    # The policy's action again: no taken columns.
+    assert acts[4].env == [0] and acts[4].taken_mask is None and acts[4].takeover is None
+
+
+def test_served_log_action_needs_a_runner_that_records_the_simulators_actions(cpp):
+    with ServedPeer() as peer:  # served_actions without served_taken
+        _, lines = scenario_of(cpp, peer.address, "taken", "served")
+    assert lines[-1].startswith("not agreed: ") and "did not agree to served_taken" in lines[-1], lines
+    assert "run the policy locally to log your own actions" in lines[-1]
+    assert peer.acts == [] and peer.violations == []  # nothing the runner would refuse was sent
+
+
+#: A Box(-2, 2, (1,)) runner with 3-number observations: RLlib's default PPO module, a 3 -> 8 tanh encoder,
+#: an 8 -> 2 pi head (mean and log-std).
+BOX_PARAMS = {
+    "encoder.actor_encoder.net.mlp.0.weight": _rng.standard_normal((8, 3)).astype(np.float32),
+    "encoder.actor_encoder.net.mlp.0.bias": np.zeros(8, np.float32),
+    "pi.net.mlp.0.weight": (0.3 * _rng.standard_normal((2, 8))).astype(np.float32),
+    "pi.net.mlp.0.bias": np.array([0.0, -0.5], np.float32),
+    "pi.log_std_clip_param_const": np.array([20.0], np.float32),
+}
+BOX_SPACE = {"kind": "box", "shape": [1], "dtype": "<f4", "low": np.full(1, -2.0, np.float32),
+             "high": np.full(1, 2.0, np.float32)}
+BOX_CONFIG = build_config(
+    algorithm="PPO",
+    observation_space={"kind": "box", "shape": [3], "dtype": "<f4",
+                       "low": np.full(3, -np.inf, np.float32), "high": np.full(3, np.inf, np.float32)},
+    action_space=BOX_SPACE, rollout_fragment_length=UPDATE_STEPS, on_policy=True,
+    model_config={"fcnet_hiddens": [8], "fcnet_activation": "tanh"},
+)
+
+
+class BoxRunner(ScriptedRunner):
+    def set_state(self, agreed: frozenset[str]) -> dict:
+        return {"type": "SET_STATE", "state": build_state(BOX_PARAMS, self.weights_seq_no),
+                "want_steps": self.want_steps}
+
+
+def test_box_actions_local_and_logged_are_those_numpy_policy_computes(cpp):
+    """Box actions with local inference, held to the Python client's NumpyPolicy: the module's outputs, the
+    log-probability of the sampled actions, and logged actions (one past the bound) squashed back into [-1, 1]."""
+    from rlinks_rllib.client import NumpyPolicy
+    from rlinks_rllib.client.sampling import action_from_env
+
+    with BoxRunner(config=BOX_CONFIG) as server:
+        _, lines = scenario_of(cpp, server.address, "taken_box")
+    assert lines[-1] == "done", lines
+    [(_, message)] = server.batch_messages()
+    [chunk] = message["episodes"]
+    obs = chunk["observations"]["data"]
+    actions, extra = chunk["actions"]["data"], chunk["extra_model_outputs"]
+    assert actions.dtype == np.float32 and actions.shape == (UPDATE_STEPS, 1)
+    policy = NumpyPolicy(BOX_PARAMS, BOX_SPACE)
+    inputs = extra["action_dist_inputs"]["data"]
+    np.testing.assert_allclose(inputs, policy.action_dist_inputs(obs[:-1]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(extra["action_logp"]["data"], policy.log_prob_of(inputs, actions), rtol=1e-5,
+                               atol=1e-5)
+    logged = np.arange(UPDATE_STEPS) % 3 != 2
+    taken = np.where(np.arange(UPDATE_STEPS) % 3 == 0, 1.5, 3.0)[logged][:, None]
+    np.testing.assert_array_equal(actions[logged], action_from_env(policy.action_space, taken, normalize=True))
+    assert actions[logged][:2, 0].tolist() == [0.75, 1.5]  # 3.0 is recorded unclipped, as the Python client does
+    expected = policy.outputs_for(obs[:-1][logged], taken)
+    np.testing.assert_allclose(extra["action_logp"]["data"][logged], expected.action_logp, rtol=1e-5, atol=1e-5)
+    sampled = actions[~logged][:, 0]
+    assert np.all(np.abs(sampled - inputs[~logged][:, 0]) > 0)  # sampled, not the mean
 
 
 # ----------------------------------------------------------------------

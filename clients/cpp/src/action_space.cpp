@@ -155,4 +155,19 @@ std::vector<float> action_for_env(const ActionSpace& space, const float* sampled
   return action;
 }
 
+std::vector<float> action_from_env(const ActionSpace& space, const std::vector<float>& taken, bool normalize) {
+  if (!space.is_box()) throw UsageError("action_from_env: " + space.str() + " is not a Box");
+  if (taken.size() != space.size()) {
+    throw UsageError("a Box action of " + std::to_string(taken.size()) + " number(s), but " + space.str() + " takes " +
+                     std::to_string(space.size()));
+  }
+  if (!all_finite(taken)) throw UsageError("a Box action holds a NaN or an infinity");
+  std::vector<float> action = taken;
+  if (!normalize || !all_finite(space.low) || !all_finite(space.high)) return action;
+  for (size_t i = 0; i < action.size(); ++i) {
+    action[i] = 2.0f * (action[i] - space.low[i]) / (space.high[i] - space.low[i]) - 1.0f;
+  }
+  return action;
+}
+
 }  // namespace rlinks

@@ -45,9 +45,10 @@ Client::Client(std::string_view address, ClientOptions options)
   if (options_.max_unacked < 1) throw UsageError("max_unacked must be at least 1");
   for (const std::string& name : options_.extensions) {
     if (name != extension::want_steps && name != extension::ack && name != extension::endpoints &&
-        name != extension::served_actions) {
+        name != extension::served_actions && name != extension::served_taken && name != extension::takeover) {
       throw UsageError("unknown extension '" + name +
-                       "' (known: want_steps, ack, endpoints, served_actions; auth is offered when there is a secret)");
+                       "' (known: want_steps, ack, endpoints, served_actions, served_taken, takeover; auth is offered "
+                       "when there is a secret)");
     }
   }
   if (!options_.secret.empty()) {
@@ -213,17 +214,25 @@ ActionsReply Client::act(const ActRows& rows) {
     throw UsageError("act() needs the served_actions extension: add \"served_actions\" to ClientOptions::extensions");
   }
   rows.check();
+  const auto offered = [&](std::string_view name) {
+    return std::find(options_.extensions.begin(), options_.extensions.end(), name) != options_.extensions.end();
+  };
+  if (rows.has_served_taken() && !offered(extension::served_taken)) {
+    throw UsageError("act() with taken actions or untrained episodes needs the served_taken extension: add "
+                     "\"served_taken\" to ClientOptions::extensions");
+  }
+  if (!rows.takeover.empty() && !offered(extension::takeover)) {
+    throw UsageError("act() with take-overs needs the takeover extension: add \"takeover\" to ClientOptions::extensions");
+  }
   // The caller's mistakes are found here, before anything is sent: a reconnect
   // only moves envs from open to lost, which the plan treats alike but for
   // the rewriting.
   plan_act(rows, open_envs_, lost_envs_);
   return run("act", [&] {
     drain();
-    if (!agreed(extension::served_actions)) {
-      throw NotAgreed(address_.str() + " did not agree to served_actions: it does not compute actions for its clients (" +
-                      (plain_ ? std::string("plain RLlink") : "agent '" + server_agent_ + "'") +
-                      "); run the policy locally and send episodes instead");
-    }
+    if (!agreed(extension::served_actions)) throw not_agreed(extension::served_actions);
+    if (rows.has_served_taken() && !agreed(extension::served_taken)) throw not_agreed(extension::served_taken);
+    if (!rows.takeover.empty() && !agreed(extension::takeover)) throw not_agreed(extension::takeover);
     if (open_generation_ != generation_) {
       // A new connection: the runner closed every episode open on the old one.
       lost_envs_.insert(open_envs_.begin(), open_envs_.end());
@@ -254,6 +263,20 @@ ActionsReply Client::act(const ActRows& rows) {
     lost_envs_ = std::move(plan.lost_after);
     return reply;
   });
+}
+
+NotAgreed Client::not_agreed(std::string_view extension) const {
+  const std::string who = plain_ ? std::string("plain RLlink") : "agent '" + server_agent_ + "'";
+  if (extension == extension::takeover) {
+    return NotAgreed(address_.str() + " did not agree to takeover (" + who + "): it can't keep taken-over steps out "
+                     "of on-policy updates; use log_action to record them as the policy's own");
+  }
+  if (extension == extension::served_taken) {
+    return NotAgreed(address_.str() + " did not agree to served_taken: it records only the actions it computes (" +
+                     who + "); run the policy locally to log your own actions");
+  }
+  return NotAgreed(address_.str() + " did not agree to " + std::string(extension) + ": it does not compute actions "
+                   "for its clients (" + who + "); run the policy locally and send episodes instead");
 }
 
 // What to send for `rows` when the runner has episodes open for `open` and

@@ -20,10 +20,16 @@ class Engine {
   virtual bool is_open(uint32_t env) const = 0;
   // Whether `env` acted and its outcome was not reported yet.
   virtual bool awaiting_report(uint32_t env) const = 0;
-  // Begins an episode for `env` at `obs` (a running one ends as truncated).
-  virtual void start(uint32_t env, const float* obs) = 0;
+  // Begins an episode for `env` at `obs` (a running one ends as truncated);
+  // `train` false: it is played and never trained on (nothing of it is recorded).
+  virtual void start(uint32_t env, const float* obs, bool train) = 0;
   // One action per env, `rows` holding their observations one after another.
-  virtual std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows) = 0;
+  // `taken`: null, or the action each env's simulator chose itself (a person,
+  // a script: log_action), recorded with the policy's log-probability of it
+  // and returned as the env applies it; `takeover`: those steps are marked
+  // taken over (PROTOCOL.md 10.8).
+  virtual std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows,
+                                  const std::vector<Action>* taken, bool takeover) = 0;
   // Records the outcome of `env`'s last action; returns whether its episode ended.
   virtual bool report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) = 0;
   // Sends what the reports of one call completed.

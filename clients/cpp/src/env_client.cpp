@@ -28,9 +28,10 @@ EnvClientOptions checked(EnvClientOptions options) {
   if (options.num_envs < 1 || options.num_envs > kMaxEnvId) throw UsageError("num_envs must be 1 to 2^31 - 1");
   if (!(options.weights_every_s >= 0)) throw UsageError("weights_every_s must be >= 0");
   if (options.rollout_fragment_length < 1) throw UsageError("rollout_fragment_length must be at least 1");
+  // Asked for whenever a call may need them; a runner agrees only to what it speaks.
   std::vector<std::string>& extensions = options.connection.extensions;
-  if (std::find(extensions.begin(), extensions.end(), extension::served_actions) == extensions.end()) {
-    extensions.push_back(std::string(extension::served_actions));
+  for (std::string_view name : {extension::served_actions, extension::served_taken, extension::takeover}) {
+    if (std::find(extensions.begin(), extensions.end(), name) == extensions.end()) extensions.push_back(std::string(name));
   }
   return options;
 }
@@ -53,7 +54,8 @@ EnvClientOptions::EnvClientOptions() {
 
 EnvClient::EnvClient(std::string_view address, EnvClientOptions options)
     : options_(checked(std::move(options))), shared_(std::make_unique<SharedClient>(address, options_.connection)),
-      last_obs_(options_.num_envs), episode_return_(options_.num_envs, 0.0) {}
+      last_obs_(options_.num_envs), episode_return_(options_.num_envs, 0.0), taking_over_(options_.num_envs, false),
+      episode_takeovers_(options_.num_envs) {}
 
 EnvClient::~EnvClient() {
   try {
@@ -127,18 +129,55 @@ bool EnvClient::stopped() const { return shared_->stopped(); }
 // The loop's calls
 
 Action EnvClient::act(Floats obs) {
-  if (options_.num_envs != 1) {
-    throw UsageError("act(obs) is for one env; with num_envs=" + std::to_string(options_.num_envs) +
-                     ", call act(env, obs) or act(envs, rows)");
-  }
+  require_one_env("act(obs)", "act(env, obs) or act(envs, rows)");
   return act(std::vector<uint32_t>{0}, obs).front();
 }
 
 Action EnvClient::act(uint32_t env, Floats obs) { return act(std::vector<uint32_t>{env}, obs).front(); }
 
 std::vector<Action> EnvClient::act(const std::vector<uint32_t>& envs, Floats obs) {
+  return act_on("act", envs, obs, nullptr, false);
+}
+
+void EnvClient::log_action(Floats obs, const Action& action) {
+  require_one_env("log_action(obs, action)", "log_action(env, obs, action) or log_action(envs, rows, actions)");
+  log_action(std::vector<uint32_t>{0}, obs, {action});
+}
+
+void EnvClient::log_action(uint32_t env, Floats obs, const Action& action) {
+  log_action(std::vector<uint32_t>{env}, obs, {action});
+}
+
+void EnvClient::log_action(const std::vector<uint32_t>& envs, Floats obs, const std::vector<Action>& actions) {
+  act_on("log_action", envs, obs, &actions, false);
+}
+
+void EnvClient::take_over(Floats obs, const Action& action) {
+  require_one_env("take_over(obs, action)", "take_over(env, obs, action) or take_over(envs, rows, actions)");
+  take_over(std::vector<uint32_t>{0}, obs, {action});
+}
+
+void EnvClient::take_over(uint32_t env, Floats obs, const Action& action) {
+  take_over(std::vector<uint32_t>{env}, obs, {action});
+}
+
+void EnvClient::take_over(const std::vector<uint32_t>& envs, Floats obs, const std::vector<Action>& actions) {
+  ready();
+  shared_->peek([](Client& client) {
+    if (!client.agreed(extension::takeover)) throw client.not_agreed(extension::takeover);
+  });
+  act_on("take_over", envs, obs, &actions, true);
+  for (uint32_t env : envs) taking_over_[env] = true;
+}
+
+std::vector<Action> EnvClient::act_on(const char* call, const std::vector<uint32_t>& envs, Floats obs,
+                                      const std::vector<Action>* taken, bool takeover) {
   Engine& engine = ready();
-  check_rows("act", envs, obs);
+  check_rows(call, envs, obs);
+  if (taken != nullptr && taken->size() != envs.size()) {
+    throw UsageError(std::string(call) + "(): " + std::to_string(taken->size()) + " action(s) for " +
+                     std::to_string(envs.size()) + " env(s)");
+  }
   for (size_t i = 0; i < envs.size(); ++i) {
     const uint32_t env = envs[i];
     const float* row = obs.data() + i * observation_size_;
@@ -147,22 +186,23 @@ std::vector<Action> EnvClient::act(const std::vector<uint32_t>& envs, Floats obs
                        "before act() again");
     }
     if (!engine.is_open(env)) {
-      engine.start(env, row);
+      engine.start(env, row, true);
       episode_return_[env] = 0.0;
     } else if (last_obs_[env].empty() ||
                std::memcmp(last_obs_[env].data(), row, observation_size_ * sizeof(float)) != 0) {
-      throw UsageError("env " + std::to_string(env) + ": act() must take the observation last given to report() "
-                       "(to start a new episode elsewhere, call start_episode() first)");
+      throw UsageError("env " + std::to_string(env) + ": " + call + "() must take the observation last given to "
+                       "report() (to start a new episode elsewhere, call start_episode() first)");
     }
   }
-  return guarded([&] { return engine.act(envs, obs.data()); });
+  std::vector<Action> actions = guarded([&] { return engine.act(envs, obs.data(), taken, takeover); });
+  if (!takeover) {
+    for (uint32_t env : envs) taking_over_[env] = false;
+  }
+  return actions;
 }
 
 void EnvClient::report(double reward, Floats next_obs, bool terminated, bool truncated) {
-  if (options_.num_envs != 1) {
-    throw UsageError("report(reward, obs, ...) is for one env; with num_envs=" + std::to_string(options_.num_envs) +
-                     ", call report(env, reward, obs, ...) or report(envs, ...)");
-  }
+  require_one_env("report(reward, obs, ...)", "report(env, reward, obs, ...) or report(envs, ...)");
   report(0, reward, next_obs, terminated, truncated);
 }
 
@@ -195,7 +235,13 @@ void EnvClient::report(const std::vector<uint32_t>& envs, const std::vector<doub
     {
       std::lock_guard<std::mutex> lock(counters_mutex_);
       ++steps_;
+      ++episode_takeovers_[env].second;
+      if (taking_over_[env]) {
+        ++episode_takeovers_[env].first;
+        ++takeover_steps_;
+      }
     }
+    taking_over_[env] = false;
     episode_return_[env] += rewards[i];
     if (ended) {
       finish_episode(env);
@@ -206,13 +252,20 @@ void EnvClient::report(const std::vector<uint32_t>& envs, const std::vector<doub
   guarded([&] { engine.after_report(); });
 }
 
-void EnvClient::start_episode(Floats obs) { start_episode(0, obs); }
+void EnvClient::require_one_env(const char* call, const char* instead) const {
+  if (options_.num_envs != 1) {
+    throw UsageError(std::string(call) + " is for one env; with num_envs=" + std::to_string(options_.num_envs) +
+                     ", call " + instead);
+  }
+}
 
-void EnvClient::start_episode(uint32_t env, Floats obs) {
+void EnvClient::start_episode(Floats obs, bool train) { start_episode(0, obs, train); }
+
+void EnvClient::start_episode(uint32_t env, Floats obs, bool train) {
   Engine& engine = ready();
   check_rows("start_episode", {env}, obs);
   if (engine.is_open(env)) finish_episode(env);
-  engine.start(env, obs.data());
+  engine.start(env, obs.data(), train);
   episode_return_[env] = 0.0;
   last_obs_[env].assign(obs.data(), obs.data() + observation_size_);
 }
@@ -277,6 +330,13 @@ EnvClientStats EnvClient::stats() const {
     stats.steps = steps_;
     stats.episodes = episodes_;
     if (!returns_.empty()) stats.mean_return = std::accumulate(returns_.begin(), returns_.end(), 0.0) / double(returns_.size());
+    stats.takeover_steps = takeover_steps_;
+    uint64_t taken = 0, steps = 0;
+    for (const auto& [episode_taken, episode_steps] : takeovers_kept_) {
+      taken += episode_taken;
+      steps += episode_steps;
+    }
+    if (steps > 0) stats.takeover_rate = double(taken) / double(steps);
   }
   const Engine* engine = live_engine_.load();
   stats.weights_seq_no = engine != nullptr ? engine->weights_seq_no() : 0;
@@ -408,6 +468,10 @@ void EnvClient::finish_episode(uint32_t env) {
   ++episodes_;
   returns_.push_back(episode_return_[env]);
   if (returns_.size() > kReturnsKept) returns_.pop_front();
+  takeovers_kept_.push_back(episode_takeovers_[env]);
+  if (takeovers_kept_.size() > kReturnsKept) takeovers_kept_.pop_front();
+  episode_takeovers_[env] = {0, 0};
+  taking_over_[env] = false;
   episode_return_[env] = 0.0;
   last_obs_[env].clear();
 }

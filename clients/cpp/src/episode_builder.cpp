@@ -56,25 +56,26 @@ const std::string& EpisodeBuilder::reset(const float* observation) {
   box_actions_.clear();
   rewards_.clear();
   for (auto& values : extra_values_) values.clear();
+  takeovers_.clear();
   start_time_ = clock_seconds();
   last_step_time_.reset();
   return id_;
 }
 
 void EpisodeBuilder::step(int64_t action, double reward, const float* observation, bool terminated, bool truncated,
-                          std::initializer_list<const float*> extra_values) {
+                          std::initializer_list<const float*> extra_values, bool takeover) {
   if (box_size_ > 0) throw UsageError("this builder records Box actions: use step_box()");
   check_step(reward, extra_values);
   actions_.push_back(action);
-  record(reward, observation, terminated, truncated, extra_values);
+  record(reward, observation, terminated, truncated, extra_values, takeover);
 }
 
 void EpisodeBuilder::step_box(const float* action, double reward, const float* observation, bool terminated,
-                          bool truncated, std::initializer_list<const float*> extra_values) {
+                          bool truncated, std::initializer_list<const float*> extra_values, bool takeover) {
   if (box_size_ == 0) throw UsageError("this builder records Discrete actions: use step() with the index");
   check_step(reward, extra_values);
   box_actions_.insert(box_actions_.end(), action, action + box_size_);
-  record(reward, observation, terminated, truncated, extra_values);
+  record(reward, observation, terminated, truncated, extra_values, takeover);
 }
 
 void EpisodeBuilder::truncate() {
@@ -93,7 +94,9 @@ void EpisodeBuilder::check_step(double reward, std::initializer_list<const float
 
 // Records all of a checked step but its action (added already), then ends or cuts the chunk.
 void EpisodeBuilder::record(double reward, const float* observation, bool terminated, bool truncated,
-                            std::initializer_list<const float*> extra_values) {
+                            std::initializer_list<const float*> extra_values, bool takeover) {
+  if (takeover && takeovers_.empty()) takeovers_.assign(steps_, false);
+  if (!takeovers_.empty()) takeovers_.push_back(takeover);
   rewards_.push_back(float(reward));
   observations_.insert(observations_.end(), observation, observation + observation_size_);
   for (size_t k = 0; k < extras_.size(); ++k) {
@@ -136,6 +139,10 @@ void EpisodeBuilder::emit(bool terminated, bool truncated) {
     }
     extra_outputs = std::move(outputs);
   }
+  if (!takeovers_.empty()) {
+    if (extra_outputs.is_nil()) extra_outputs = Map{};
+    extra_outputs.as_map().push_back({kTakeoverOutput, buffer(NdArray::from_bools(takeovers_), true)});
+  }
   Array infos(steps + 1, Value(Map{}));
   finished_.push_back(Map{
       {"id_", id_},
@@ -162,6 +169,7 @@ void EpisodeBuilder::emit(bool terminated, bool truncated) {
 
 void EpisodeBuilder::finish(bool terminated, bool truncated) {
   emit(terminated, truncated);
+  takeovers_.clear();
   running_ = false;
   steps_ = 0;
 }
@@ -173,6 +181,7 @@ void EpisodeBuilder::cut() {
   box_actions_.clear();
   rewards_.clear();
   for (auto& values : extra_values_) values.clear();
+  takeovers_.clear();
   t_started_ += steps_;
   steps_ = 0;
   // The next chunk's clock starts where this one stopped, so chunk durations add up to the episode's.

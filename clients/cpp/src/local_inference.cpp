@@ -8,7 +8,7 @@ LocalInference::LocalInference(SharedClient& client, LocalPolicy policy, const W
                                const Setup& setup, std::mt19937_64 rng)
     : client_(client), policy_(std::move(policy)), rng_(rng), fragment_(setup.fragment),
       want_(first.want_steps.value_or(setup.fragment)), recorders_(setup.num_envs), outputs_(setup.num_envs),
-      pending_(setup.num_envs, false),
+      pending_(setup.num_envs, false), untrained_(setup.num_envs, false), taken_over_(setup.num_envs, false),
       seq_no_(policy_.seq_no()) {
   if (!setup.on_policy) {
     sender_ = std::make_unique<BackgroundSender>(client, setup.timeout_s, setup.weights_every_s, setup.queue_batches);
@@ -17,7 +17,9 @@ LocalInference::LocalInference(SharedClient& client, LocalPolicy policy, const W
 
 LocalInference::~LocalInference() = default;
 
-bool LocalInference::is_open(uint32_t env) const { return recorders_[env] != nullptr && recorders_[env]->running(); }
+bool LocalInference::is_open(uint32_t env) const {
+  return untrained_[env] || (recorders_[env] != nullptr && recorders_[env]->running());
+}
 
 EpisodeBuilder& LocalInference::recorder(uint32_t env) {
   if (recorders_[env] == nullptr) {
@@ -29,34 +31,54 @@ EpisodeBuilder& LocalInference::recorder(uint32_t env) {
   return *recorders_[env];
 }
 
-void LocalInference::start(uint32_t env, const float* obs) {
+void LocalInference::start(uint32_t env, const float* obs, bool train) {
   EpisodeBuilder& episode = recorder(env);
   pending_[env] = false;
+  taken_over_[env] = false;
   episode.truncate();
-  episode.reset(obs);
+  untrained_[env] = !train;
+  if (train) episode.reset(obs);
 }
 
-std::vector<Action> LocalInference::act(const std::vector<uint32_t>& envs, const float* rows) {
+std::vector<Action> LocalInference::act(const std::vector<uint32_t>& envs, const float* rows,
+                                        const std::vector<Action>* taken, bool takeover) {
+  if (taken != nullptr) {
+    // Every taken action is checked before anything changes: a refused call changes nothing.
+    for (const Action& action : *taken) policy_.check_action(action);
+  }
   pace();
+  const size_t size = policy_.observation_size();
   std::vector<Action> actions;
   actions.reserve(envs.size());
-  const size_t size = policy_.observation_size();
   for (size_t i = 0; i < envs.size(); ++i) {
-    policy_.compute(rows + i * size, rng_, outputs_[envs[i]]);
-    pending_[envs[i]] = true;
-    actions.push_back(outputs_[envs[i]].for_env);
+    const uint32_t env = envs[i];
+    if (taken != nullptr) {
+      policy_.output_for(rows + i * size, (*taken)[i], outputs_[env]);
+    } else {
+      policy_.compute(rows + i * size, rng_, outputs_[env]);
+    }
+    pending_[env] = true;
+    taken_over_[env] = taken != nullptr && takeover;
+    actions.push_back(outputs_[env].for_env);
   }
   return actions;
 }
 
 bool LocalInference::report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) {
   const PolicyOutput& out = outputs_[env];
+  const bool takeover = taken_over_[env];
   pending_[env] = false;
+  taken_over_[env] = false;
+  if (untrained_[env]) {
+    if (terminated || truncated) untrained_[env] = false;
+    return terminated || truncated;
+  }
   EpisodeBuilder& episode = recorder(env);
   if (out.sampled.empty()) {
-    episode.step(out.for_env.index, reward, obs, terminated, truncated, {out.dist_inputs.data(), &out.logp});
+    episode.step(out.for_env.index, reward, obs, terminated, truncated, {out.dist_inputs.data(), &out.logp}, takeover);
   } else {
-    episode.step_box(out.sampled.data(), reward, obs, terminated, truncated, {out.dist_inputs.data(), &out.logp});
+    episode.step_box(out.sampled.data(), reward, obs, terminated, truncated, {out.dist_inputs.data(), &out.logp},
+                     takeover);
   }
   ++unsent_;
   return terminated || truncated;
@@ -72,6 +94,8 @@ void LocalInference::after_report() {
 
 void LocalInference::end(uint32_t env) {
   pending_[env] = false;
+  taken_over_[env] = false;
+  untrained_[env] = false;
   if (recorders_[env] != nullptr) recorders_[env]->truncate();
 }
 

@@ -41,8 +41,9 @@ class LocalInference : public Engine {
 
   bool is_open(uint32_t env) const override;
   bool awaiting_report(uint32_t env) const override { return pending_[env]; }
-  void start(uint32_t env, const float* obs) override;
-  std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows) override;
+  void start(uint32_t env, const float* obs, bool train) override;
+  std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows, const std::vector<Action>* taken,
+                          bool takeover) override;
   bool report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) override;
   void after_report() override;
   void end(uint32_t env) override;
@@ -66,6 +67,8 @@ class LocalInference : public Engine {
   // The output each env acted with last, and whether its outcome is still to be reported.
   std::vector<PolicyOutput> outputs_;
   std::vector<char> pending_;
+  std::vector<char> untrained_;   // the env's running episode is not trained on (acted on, never recorded)
+  std::vector<char> taken_over_;  // the env's pending action was taken over: its step is marked
   uint64_t unsent_ = 0;
   std::atomic<uint64_t> seq_no_;
   std::unique_ptr<BackgroundSender> sender_;  // off-policy only

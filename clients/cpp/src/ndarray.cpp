@@ -181,6 +181,12 @@ NdArray NdArray::from_int64(std::vector<uint64_t> shape, const int64_t* values) 
   return NdArray(dtype, std::move(shape), std::move(data));
 }
 
+NdArray NdArray::from_bools(const std::vector<bool>& flags) {
+  Bytes data(flags.size());
+  for (size_t i = 0; i < flags.size(); ++i) data[i] = flags[i] ? 1 : 0;
+  return NdArray(DType::boolean(), {uint64_t(flags.size())}, std::move(data));
+}
+
 uint64_t NdArray::raw_bits(const uint8_t* element, size_t width) const {
   uint64_t bits = 0;
   for (size_t i = 0; i < width; ++i) {

@@ -12,7 +12,6 @@
 namespace rlinks {
 namespace {
 
-constexpr DType kBool{'|', 'b', 1};
 constexpr size_t kShownEnvs = 8;
 
 std::string env_list(const std::vector<uint32_t>& env) {
@@ -22,10 +21,17 @@ std::string env_list(const std::vector<uint32_t>& env) {
   return text + "]";
 }
 
-NdArray bool_column(const std::vector<bool>& flags) {
-  Bytes data(flags.size());
-  for (size_t i = 0; i < flags.size(); ++i) data[i] = flags[i] ? 1 : 0;
-  return NdArray(kBool, {uint64_t(flags.size())}, std::move(data));
+// Rows `rows` of an array of shape (k, ...), in that order.
+NdArray select_rows(const NdArray& array, const std::vector<size_t>& rows) {
+  const size_t k = array.shape().empty() ? 0 : size_t(array.shape()[0]);
+  const size_t row_bytes = k == 0 ? 0 : array.nbytes() / k;
+  std::vector<uint64_t> shape = array.shape();
+  shape[0] = rows.size();
+  Bytes data(rows.size() * row_bytes);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (row_bytes > 0) std::memcpy(&data[i * row_bytes], array.data() + rows[i] * row_bytes, row_bytes);
+  }
+  return NdArray(array.dtype(), std::move(shape), std::move(data));
 }
 
 ProtocolError invalid(const std::string& why) { return ProtocolError(ErrorCode::invalid_message, "ACTIONS: " + why); }
@@ -111,26 +117,57 @@ void ActRows::check() const {
                        ") both starts and ends an episode; send the ending row, then a start row");
     }
   }
+  check_taken();
+}
+
+void ActRows::check_taken() const {
+  const size_t k = env.size();
+  const auto column = [k](const std::vector<bool>& flags, const char* name) {
+    if (!flags.empty() && flags.size() != k) {
+      throw UsageError(std::string("ACT: ") + name + " must be empty (not sent) or have one entry per row (" +
+                       std::to_string(k) + ")");
+    }
+  };
+  column(taken_mask, "taken_mask");
+  column(train, "train");
+  column(takeover, "takeover");
+  if (!taken_mask.empty()) {
+    if (taken.is_scalar() || taken.shape().empty() || taken.shape()[0] != k || !taken.dtype().is_numeric()) {
+      throw UsageError("ACT: taken must be an array of numbers of shape (" + std::to_string(k) +
+                       ", ...): one action per row");
+    }
+    for (size_t row = 0; row < k; ++row) {
+      if (taken_mask[row] && ends(row)) {
+        throw UsageError("ACT: row " + std::to_string(row) + " (env " + std::to_string(env[row]) +
+                         ") carries a taken action but ends its episode");
+      }
+    }
+  }
+  for (size_t row = 0; row < takeover.size(); ++row) {
+    if (takeover[row] && (taken_mask.empty() || !taken_mask[row])) {
+      throw UsageError("ACT: row " + std::to_string(row) + " (env " + std::to_string(env[row]) +
+                       ") is a take-over without a taken action");
+    }
+  }
 }
 
 ActRows ActRows::select(const std::vector<size_t>& rows, const std::vector<bool>& start_rows) const {
   if (start_rows.size() != rows.size()) throw UsageError("ActRows::select: one start flag per selected row");
-  const size_t row_bytes = size() == 0 ? 0 : obs.nbytes() / size();
-  std::vector<uint64_t> shape = obs.shape();
-  shape[0] = rows.size();
-  Bytes data(rows.size() * row_bytes);
   ActRows selected;
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t row = rows.at(i);
     if (row >= size()) throw UsageError("ActRows::select: row " + std::to_string(row) + " out of range");
-    if (row_bytes > 0) std::memcpy(&data[i * row_bytes], obs.data() + row * row_bytes, row_bytes);
     selected.env.push_back(env[row]);
     selected.reward.push_back(reward[row]);
     selected.start.push_back(start_rows[i]);
     selected.terminated.push_back(terminated[row]);
     selected.truncated.push_back(truncated[row]);
+    if (!taken_mask.empty()) selected.taken_mask.push_back(taken_mask[row]);
+    if (!train.empty()) selected.train.push_back(train[row]);
+    if (!takeover.empty()) selected.takeover.push_back(takeover[row]);
   }
-  selected.obs = NdArray(obs.dtype(), std::move(shape), std::move(data));
+  selected.obs = select_rows(obs, rows);
+  if (!taken_mask.empty()) selected.taken = select_rows(taken, rows);
   return selected;
 }
 
@@ -200,12 +237,20 @@ Value make_act(const ActRows& rows) {
   rows.check();
   Array env(rows.env.begin(), rows.env.end());
   std::vector<float> reward(rows.reward.begin(), rows.reward.end());
-  return make_message(MessageType::act, {{"env", std::move(env)},
-                                         {"obs", rows.obs},
-                                         {"reward", NdArray::from_float32({uint64_t(reward.size())}, reward.data())},
-                                         {"start", bool_column(rows.start)},
-                                         {"terminated", bool_column(rows.terminated)},
-                                         {"truncated", bool_column(rows.truncated)}});
+  Value message = make_message(MessageType::act, {{"env", std::move(env)},
+                                                  {"obs", rows.obs},
+                                                  {"reward", NdArray::from_float32({uint64_t(reward.size())}, reward.data())},
+                                                  {"start", NdArray::from_bools(rows.start)},
+                                                  {"terminated", NdArray::from_bools(rows.terminated)},
+                                                  {"truncated", NdArray::from_bools(rows.truncated)}});
+  // In the order rlinks_rllib.protocol.served.act_message adds them.
+  if (!rows.taken_mask.empty()) {
+    message.set("taken_mask", NdArray::from_bools(rows.taken_mask));
+    message.set("taken", rows.taken);
+  }
+  if (!rows.train.empty()) message.set("train", NdArray::from_bools(rows.train));
+  if (!rows.takeover.empty()) message.set("takeover", NdArray::from_bools(rows.takeover));
+  return message;
 }
 
 ActionsReply read_actions(const Value& message, const std::vector<uint32_t>& expected) {

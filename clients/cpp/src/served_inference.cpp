@@ -12,41 +12,52 @@ ServedInference::ServedInference(SharedClient& client, std::vector<uint64_t> obs
                                  std::optional<ActionSpace> space, uint32_t num_envs,
                                  std::function<void(const std::string&)> warn)
     : client_(client), obs_shape_(std::move(obs_shape)), obs_size_(1), space_(std::move(space)),
-      warn_(std::move(warn)), open_(num_envs, false), acting_(num_envs, false), outcome_(num_envs) {
+      warn_(std::move(warn)), open_(num_envs, false), acting_(num_envs, false), untrained_(num_envs, false),
+      outcome_(num_envs) {
   for (uint64_t d : obs_shape_) obs_size_ *= size_t(d);
 }
 
-void ServedInference::start(uint32_t env, const float*) {
+void ServedInference::start(uint32_t env, const float*, bool train) {
   end(env);
   open_[env] = true;
   outcome_[env].reset();
+  untrained_[env] = !train;
 }
 
-std::vector<Action> ServedInference::act(const std::vector<uint32_t>& envs, const float* rows) {
+std::vector<Action> ServedInference::act(const std::vector<uint32_t>& envs, const float* rows,
+                                         const std::vector<Action>* taken, bool takeover) {
+  if (taken != nullptr) {
+    for (const Action& action : *taken) check_taken(action);
+  }
+  // Nothing changes here until the runner answered: a refused call leaves the rows for the next one.
   std::vector<Row> call;
   std::vector<bool> acting(open_.size(), false);
   for (uint32_t env : envs) acting[env] = true;
-  for (Row& ending : endings_) {
-    if (!acting[ending.env]) call.push_back(std::move(ending));
+  for (const Row& ending : endings_) {
+    if (!acting[ending.env]) call.push_back(ending);
   }
   for (size_t i = 0; i < envs.size(); ++i) {
     const uint32_t env = envs[i];
-    for (Row& ending : endings_) {
-      if (ending.env == env) call.push_back(std::move(ending));
+    for (const Row& ending : endings_) {
+      if (ending.env == env) call.push_back(ending);
     }
     Row row;
     row.env = env;
     row.obs.assign(rows + i * obs_size_, rows + (i + 1) * obs_size_);
     if (outcome_[env]) {
       row.reward = outcome_[env]->reward;
-      outcome_[env].reset();
     } else {
       row.start = true;
     }
+    if (taken != nullptr) {
+      row.taken = &(*taken)[i];
+      row.takeover = takeover;
+    }
     call.push_back(std::move(row));
   }
-  endings_.clear();
   const ActionsReply reply = send(call);
+  endings_.clear();
+  for (uint32_t env : envs) outcome_[env].reset();
   std::unordered_map<uint32_t, size_t> position;
   for (size_t i = 0; i < reply.size(); ++i) position[reply.env[i]] = i;
   std::vector<Action> actions;
@@ -109,6 +120,7 @@ ActionsReply ServedInference::send(const std::vector<Row>& call) {
   std::vector<uint64_t> shape{call.size()};
   shape.insert(shape.end(), obs_shape_.begin(), obs_shape_.end());
   rows.obs = NdArray::from_float32(shape, obs.data());
+  add_taken_columns(call, rows);
   ActionsReply reply = client_.call([&](Client& client) { return client.act(rows); });
   seq_no_.store(reply.weights_seq_no);
   if (!reply.interrupted.empty()) {
@@ -137,6 +149,62 @@ Action ServedInference::action_of(const ActionsReply& reply, size_t i) const {
   }
   for (size_t j = 0; j < width; ++j) action.values.push_back(float(reply.actions.number(i * width + j)));
   return action;
+}
+
+void ServedInference::check_taken(const Action& action) const {
+  if (!space_) return;  // the runner checks the action against its space (bad_episode)
+  if (space_->is_box() != action.is_box()) {
+    throw UsageError(std::string("a ") + (action.is_box() ? "Box" : "Discrete") + " action for " + space_->str());
+  }
+  if (space_->is_box()) {
+    if (action.values.size() != space_->size()) {
+      throw UsageError("a Box action of " + std::to_string(action.values.size()) + " number(s), but " + space_->str() +
+                       " takes " + std::to_string(space_->size()));
+    }
+  } else if (action.index < 0 || uint64_t(action.index) >= space_->n) {
+    throw UsageError("action " + std::to_string(action.index) + " is not one of " + space_->str() + " (0.." +
+                     std::to_string(space_->n - 1) + ")");
+  }
+}
+
+void ServedInference::add_taken_columns(const std::vector<Row>& call, ActRows& rows) const {
+  const Row* first = nullptr;
+  bool untrained = false;
+  for (const Row& row : call) {
+    if (row.taken != nullptr && first == nullptr) first = &row;
+    untrained = untrained || untrained_[row.env];
+  }
+  // Every row carries its env's setting, so a start row rewritten after a reconnect keeps it.
+  if (untrained) {
+    for (const Row& row : call) rows.train.push_back(!untrained_[row.env]);
+  }
+  if (first == nullptr) return;
+  const bool box = first->taken->is_box();
+  const size_t width = box ? first->taken->values.size() : 1;
+  std::vector<uint64_t> shape{call.size()};
+  const std::vector<uint64_t> action_shape = space_ ? space_->shape : std::vector<uint64_t>{width};
+  if (box) shape.insert(shape.end(), action_shape.begin(), action_shape.end());
+  std::vector<float> values(box ? call.size() * width : 0, 0.0f);
+  std::vector<int64_t> indices(box ? 0 : call.size(), 0);
+  bool takeover = false;
+  for (size_t i = 0; i < call.size(); ++i) {
+    const Row& row = call[i];
+    rows.taken_mask.push_back(row.taken != nullptr);
+    rows.takeover.push_back(row.takeover);
+    takeover = takeover || row.takeover;
+    if (row.taken == nullptr) continue;
+    if (row.taken->is_box() != box || row.taken->values.size() != (box ? width : 0)) {
+      throw UsageError("the actions taken in one call must all be of one form (a Discrete index, or a Box of " +
+                       std::to_string(width) + " number(s))");
+    }
+    if (box) {
+      std::copy(row.taken->values.begin(), row.taken->values.end(), values.begin() + std::ptrdiff_t(i * width));
+    } else {
+      indices[i] = row.taken->index;
+    }
+  }
+  rows.taken = box ? NdArray::from_float32(shape, values.data()) : NdArray::from_int64(shape, indices.data());
+  if (!takeover) rows.takeover.clear();
 }
 
 }  // namespace rlinks

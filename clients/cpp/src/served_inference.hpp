@@ -23,6 +23,8 @@ namespace rlinks {
 // sends one last ACT that ends every episode where it stands (truncated), so
 // the runner need not wait served_report_timeout_s to drop their last steps.
 // Client::act handles reconnects (an interrupted episode goes on as a new one).
+// Actions the simulator takes itself (log_action, take_over) and episodes not
+// trained on go as the served_taken columns (PROTOCOL.md 10.5.1) and takeover's (10.8).
 class ServedInference : public Engine {
  public:
   // `obs_shape`: of one observation (its product is the size of a row);
@@ -32,8 +34,9 @@ class ServedInference : public Engine {
 
   bool is_open(uint32_t env) const override { return open_[env]; }
   bool awaiting_report(uint32_t env) const override { return acting_[env]; }
-  void start(uint32_t env, const float* obs) override;
-  std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows) override;
+  void start(uint32_t env, const float* obs, bool train) override;
+  std::vector<Action> act(const std::vector<uint32_t>& envs, const float* rows, const std::vector<Action>* taken,
+                          bool takeover) override;
   bool report(uint32_t env, double reward, const float* obs, bool terminated, bool truncated) override;
   void after_report() override {}
   void end(uint32_t env) override;
@@ -49,9 +52,14 @@ class ServedInference : public Engine {
     std::vector<float> obs;
     double reward = 0.0;
     bool start = false, terminated = false, truncated = false;
+    const Action* taken = nullptr;  // the simulator's own action (served_taken), for this call only
+    bool takeover = false;
   };
 
   ActionsReply send(const std::vector<Row>& rows);
+  // The served_taken and takeover columns of `call` (none when no row needs them).
+  void add_taken_columns(const std::vector<Row>& call, ActRows& rows) const;
+  void check_taken(const Action& action) const;
   Action action_of(const ActionsReply& reply, size_t i) const;
 
   SharedClient& client_;
@@ -60,6 +68,7 @@ class ServedInference : public Engine {
   std::optional<ActionSpace> space_;
   std::function<void(const std::string&)> warn_;
   std::vector<bool> open_, acting_;
+  std::vector<bool> untrained_;  // the env's episode is not trained on (sent as the train column)
   std::vector<std::optional<Row>> outcome_;  // reported outcomes not sent yet
   std::vector<Row> endings_;                 // ending rows not sent yet, in the order reported
   std::atomic<uint64_t> seq_no_{0};

@@ -1,8 +1,10 @@
 // Short EnvClient scenarios for tests/test_cpp_client.py, run against its scripted runners (CartPole's
-// spaces): the caller's mistakes and what each error says, and explicit episode starts and ends.
+// spaces but for taken_box): the caller's mistakes and what each error says, explicit episode starts and
+// ends, actions the simulator takes itself (log_action, take_over) and episodes not trained on.
 //
-// Usage: env_client_scenarios ADDRESS misuse|episodes
-// Prints one "error: MESSAGE" line per refused call, then "done"; exits 1 on an unexpected outcome.
+// Usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box [served]
+// Prints one "error: MESSAGE" line per refused call, then "done"; exits 1 on an unexpected outcome, 3
+// (after a "not agreed: MESSAGE" line) when the runner did not agree to what a call needs.
 
 #include <cmath>
 #include <functional>
@@ -67,11 +69,57 @@ void episodes(rlinks::EnvClient& client) {
   std::cout << "episodes=" << stats.episodes << " mean_return=" << stats.mean_return << std::endl;
 }
 
+// Env 1 plays an episode that is never trained on; env 0 logs an action of its own, takes over once and
+// lets the policy act, ending its episode (1 of 3 steps taken over), then goes on with the policy until the
+// runner's share is sent (local) or for 10 more steps (served).
+void taken(rlinks::EnvClient& client) {
+  using rlinks::Action;
+  client.start_episode(1, kObsA, false);
+  client.act(1, kObsA);
+  client.report(1, 1.0, kObsB);
+  client.act(1, kObsB);
+  client.report(1, 1.0, kObsC, true);
+  client.log_action(0, kObsA, Action::of_index(1));
+  client.report(0, 0.5, kObsB);
+  client.take_over(0, kObsB, Action::of_index(0));
+  client.report(0, 0.5, kObsC);
+  refused([&] { client.log_action(0, kObsC, Action::of_index(2)); });         // not an action of Discrete(2)
+  refused([&] { client.log_action(0, kObsC, Action::of_box({0.5f})); });      // a Box action for a Discrete space
+  refused([&] { client.log_action(std::vector<uint32_t>{0}, kObsC, std::vector<rlinks::Action>{}); });  // none
+  client.act(0, kObsC);
+  client.report(0, 0.5, kObsA, true);
+  const bool local = client.mode() == rlinks::Inference::local;
+  std::vector<float> obs = kObsB;
+  for (int step = 0; local ? client.stats().delivery.batches_sent == 0 : step < 10; ++step) {
+    client.act(0, obs);
+    obs[0] = 0.001f * float(step);
+    client.report(0, 1.0, obs);
+  }
+  const rlinks::EnvClientStats stats = client.stats();
+  std::cout << "episodes=" << stats.episodes << " takeover_steps=" << stats.takeover_steps
+            << " takeover_rate=" << stats.takeover_rate << std::endl;
+}
+
+// Against a runner with a Box(-2, 2, (1,)) action space and 3-number observations: env 0's simulator
+// takes every first and second action of three itself (1.5, and 3.0, past the bound), the policy the third.
+void taken_box(rlinks::EnvClient& client) {
+  std::vector<float> obs{1.0f, 0.0f, 0.5f};
+  for (int step = 0; client.stats().delivery.batches_sent == 0; ++step) {
+    if (step % 3 == 2) {
+      client.act(0, obs);
+    } else {
+      client.log_action(0, obs, rlinks::Action::of_box({step % 3 == 0 ? 1.5f : 3.0f}));
+    }
+    obs[2] += 0.01f;
+    client.report(0, -1.0, obs);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: env_client_scenarios ADDRESS misuse|episodes\n";
+  if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "served")) {
+    std::cerr << "usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box [served]\n";
     return 2;
   }
   const std::string scenario = argv[2];
@@ -79,17 +127,26 @@ int main(int argc, char** argv) {
   options.num_envs = 2;
   options.connection.timeout_s = 10;
   options.connection.reliable = false;
+  options.inference = argc == 4 ? rlinks::Inference::served : rlinks::Inference::local;
+  options.seed = 3;
   try {
     rlinks::EnvClient client(argv[1], options);
     if (scenario == "misuse") {
       misuse(client);
     } else if (scenario == "episodes") {
       episodes(client);
+    } else if (scenario == "taken") {
+      taken(client);
+    } else if (scenario == "taken_box") {
+      taken_box(client);
     } else {
       std::cerr << "unknown scenario " << scenario << "\n";
       return 2;
     }
     client.close();
+  } catch (const rlinks::NotAgreed& error) {
+    std::cout << "not agreed: " << error.what() << std::endl;
+    return 3;
   } catch (const rlinks::Error& error) {
     std::cout << "failed: " << error.what() << std::endl;
     return 1;

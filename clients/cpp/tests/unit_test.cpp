@@ -648,6 +648,85 @@ void test_episode_builder_box_actions() {
   CHECK(throws<UsageError>([&] { discrete.step_box(actions, 1.0, observation, false, false, {}); }));
 }
 
+// Actions the simulator took itself: squashed back as RLlib trains on them, with the policy's logp; the
+// take-over marker on the chunks that hold one; the served_taken and takeover columns of an ACT.
+void test_taken_actions() {
+  const ActionSpace pendulum = ActionSpace::box({1}, {-2.0f}, {2.0f});
+  CHECK(action_from_env(pendulum, {1.0f}, true) == std::vector<float>{0.5f});
+  CHECK(action_from_env(pendulum, {3.0f}, true) == std::vector<float>{1.5f});  // not clipped: as Python records it
+  CHECK(action_from_env(pendulum, {3.0f}, false) == std::vector<float>{3.0f});
+  CHECK(action_from_env(ActionSpace::box({1}, {}, {}), {3.0f}, true) == std::vector<float>{3.0f});  // unbounded
+  CHECK(throws<UsageError>([&] { action_from_env(pendulum, {1.0f, 2.0f}, true); }));
+  CHECK(throws<UsageError>([&] { action_from_env(pendulum, {std::nanf("")}, true); }));
+  for (float x : {-0.75f, 0.0f, 0.3f}) {
+    const float applied = action_for_env(pendulum, &x, true, false)[0];
+    CHECK(std::fabs(action_from_env(pendulum, {applied}, true)[0] - x) < 1e-6f);  // one undoes the other
+  }
+
+  LocalPolicy policy(box_weights(5, 0.0f), pendulum, "linear", "relu");
+  const float obs[2] = {0.25f, -1.0f};
+  PolicyOutput out;
+  policy.output_for(obs, Action::of_box({3.0f}), out);
+  CHECK(out.sampled == std::vector<float>{1.5f} && out.for_env.box() == std::vector<float>{2.0f});
+  CHECK(out.logp == gaussian_logp(out.dist_inputs.data(), 1, out.sampled.data()));
+  CHECK(throws<UsageError>([&] { policy.output_for(obs, Action::of_index(1), out); }));
+  LocalPolicy discrete(tiny_weights(), ActionSpace::discrete(3), "tanh", "relu");
+  const float three[2] = {0.5f, -0.5f};
+  discrete.output_for(three, Action::of_index(2), out);
+  CHECK(out.for_env.discrete() == 2 && out.sampled.empty() &&
+        out.logp == categorical_logp(out.dist_inputs.data(), 3, 2));
+  CHECK(throws<UsageError>([&] { discrete.output_for(three, Action::of_index(3), out); }));
+
+  EpisodeBuilder builder(2, {{"action_logp", 0}}, 65536);
+  const float observation[2] = {0, 1}, logp = -1.0f;
+  builder.reset(observation);
+  builder.step(0, 1.0, observation, false, false, {&logp});
+  builder.step(1, 1.0, observation, false, false, {&logp}, true);
+  builder.step(0, 1.0, observation, false, false, {&logp});
+  std::vector<Value> chunks = builder.take_chunks();  // cut: the marker stays with the chunk that holds the step
+  builder.step(0, 1.0, observation, true, false, {&logp});
+  for (Value& chunk : builder.take_chunks()) chunks.push_back(std::move(chunk));
+  CHECK(chunks.size() == 2);
+  const NdArray& marker = chunks[0].find("extra_model_outputs")->find(kTakeoverOutput)->find("data")->as_ndarray();
+  CHECK(marker.dtype().str() == "|b1" && marker.size() == 3 && marker.number(0) == 0 && marker.number(1) == 1);
+  CHECK(chunks[1].find("extra_model_outputs")->find(kTakeoverOutput) == nullptr);
+
+  ActBuilder rows_builder(2);
+  rows_builder.step(1, observation, 1.0, true);
+  rows_builder.start(1, observation);
+  rows_builder.start(2, observation);
+  ActRows rows = rows_builder.take();
+  rows.taken_mask = {false, true, false};
+  const int64_t taken[3] = {0, 1, 0};
+  rows.taken = NdArray::from_int64({3}, taken);
+  rows.train = {true, false, true};
+  rows.takeover = {false, true, false};
+  const Value act = round_trip(make_act(rows));
+  CHECK(validate_message(act) == MessageType::act);
+  CHECK(act.find("taken_mask")->as_ndarray().number(1) == 1 && act.find("taken")->as_ndarray().signed_at(1) == 1);
+  CHECK(act.find("train")->as_ndarray().number(1) == 0 && act.find("takeover")->as_ndarray().number(1) == 1);
+  const ActRows kept = rows.select({1, 2}, {true, true});  // a reconnect keeps each row's columns
+  CHECK((kept.taken_mask == std::vector<bool>{true, false}) && kept.taken.signed_at(0) == 1);
+  CHECK((kept.train == std::vector<bool>{false, true}) && (kept.takeover == std::vector<bool>{true, false}));
+  ActRows bad = rows;
+  bad.taken_mask[0] = true;  // on a row that ends its episode
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  bad = rows;
+  bad.takeover = {false, false, true};  // outside taken_mask
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  bad = rows;
+  bad.train.pop_back();
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  bad = rows;
+  bad.taken = NdArray::from_int64({2}, taken);
+  CHECK(throws<UsageError>([&] { bad.check(); }));
+  // A client that did not offer served_taken refuses these columns before connecting.
+  ClientOptions options;
+  options.extensions.push_back("served_actions");
+  options.retry_attempts = 1;
+  CHECK(throws<UsageError>([&] { Client("127.0.0.1:9", options).act(rows); }));
+}
+
 // A TCP port that takes connections (the kernel completes the handshake) and never answers.
 class SilentListener {
  public:
@@ -743,6 +822,7 @@ int main() {
       {"box policy", test_box_policy},
       {"episode builder box actions", test_episode_builder_box_actions},
       {"env client without a server", test_env_client_without_a_server},
+      {"taken actions", test_taken_actions},
   };
   int passed = 0, failed = 0;
   for (const auto& [name, test] : tests) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rlinks/value.hpp"
@@ -41,6 +42,10 @@ struct Action {
   int64_t index = 0;          // a Discrete space's action
   std::vector<float> values;  // a Box space's action (prod(shape) floats, C order); empty for Discrete
 
+  // A Discrete action, and a Box action (prod(shape) floats), e.g. for EnvClient::log_action.
+  static Action of_index(int64_t index) { return Action{index, {}}; }
+  static Action of_box(std::vector<float> values) { return Action{0, std::move(values)}; }
+
   bool is_box() const { return !values.empty(); }
   // The index of a Discrete action; UsageError for a Box one.
   int64_t discrete() const;
@@ -59,5 +64,13 @@ ActionSpace read_action_space(const Value& description);
 // clipped to them (left alone when a bound is infinite); else, with `clip`,
 // clipped to the bounds; else unchanged.
 std::vector<float> action_for_env(const ActionSpace& space, const float* sampled, bool normalize, bool clip);
+
+// A Box action as the env took it (a person's, a script's: EnvClient::log_action),
+// back in the form RLlib trains on: action_for_env undone, as
+// rlinks_rllib/client/sampling.py's action_from_env. With `normalize` and finite
+// bounds it is squashed back into [-1, 1]; else it is kept (clipping can't be
+// undone). Throws UsageError for a Discrete space, an action of another size
+// than the Box's, or a NaN or an infinity in it.
+std::vector<float> action_from_env(const ActionSpace& space, const std::vector<float>& taken, bool normalize);
 
 }  // namespace rlinks

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rlinks/address.hpp"
+#include "rlinks/errors.hpp"
 #include "rlinks/framing.hpp"
 #include "rlinks/messages.hpp"
 #include "rlinks/offer.hpp"
@@ -96,7 +97,8 @@ class Client {
   // On-policy: sends a batch and waits for the weights trained on it.
   WeightsUpdate send_episodes_and_get_state(std::vector<Value> episodes);
   // Served actions (section 10.5; offer "served_actions" in
-  // ClientOptions::extensions): sends one ACT with `rows` and returns the
+  // ClientOptions::extensions, and "served_taken" and "takeover" for rows with
+  // their columns, 10.5.1 and 10.8): sends one ACT with `rows` and returns the
   // ACTIONS for it, one action per row that wants one (neither terminated
   // nor truncated), for those rows' envs in row order. One ACT at a time:
   // the call returns when its ACTIONS arrived, and nothing else is sent
@@ -121,7 +123,7 @@ class Client {
   //
   // Errors as for the other calls, and NotAgreed when the server did not
   // agree to served_actions (RLlib's own server, a runner that doesn't serve
-  // actions); ProtocolError invalid_message when the ACTIONS are not for the
+  // actions), or to served_taken or takeover for rows with their columns; ProtocolError invalid_message when the ACTIONS are not for the
   // envs asked (wrong envs or order, or a different number of actions).
   ActionsReply act(const ActRows& rows);
   ActionsReply act(std::vector<uint32_t> env, NdArray obs, std::vector<double> reward, std::vector<bool> start,
@@ -136,6 +138,9 @@ class Client {
   const Address& address() const { return address_; }  // the runner, once the directory named one
   bool plain_rllib() const { return plain_; }            // the server answered a bare PONG
   bool agreed(std::string_view extension) const;
+  // The error for a call that needs `extension` (served_actions, served_taken,
+  // takeover) from a server that did not agree to it, saying what to do instead.
+  NotAgreed not_agreed(std::string_view extension) const;
   const std::string& server_agent() const { return server_agent_; }
   ClientStats stats() const;
 

@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rlinks/action_space.hpp"
@@ -97,6 +98,8 @@ struct EnvClientStats {
   uint64_t weights_seq_no = 0;   // the weights the last actions came from
   double wait_s = 0.0;           // seconds the loop's calls spent talking to the runner (on-policy: the training step too)
   ClientStats delivery;          // batches sent and confirmed, reconnects, ACTs
+  uint64_t takeover_steps = 0;   // steps reported after take_over() (a person or a script acted)
+  double takeover_rate = NAN;    // of the steps of the last 100 episodes, the part taken over; NaN before the first
 };
 
 // How run() ended.
@@ -136,6 +139,30 @@ class EnvClient {
   // observations one after another (envs.size() rows). In served mode, one ACT.
   std::vector<Action> act(const std::vector<uint32_t>& envs, Floats obs);
 
+  // Like act(), but the simulator chose `action` itself (a person, a script,
+  // a safety stop; RLlib's old PolicyClient.log_action): the step is recorded
+  // with that action, back in the form RLlib trains on (a Box action squashed
+  // back into [-1, 1] when normalize_actions), and the policy's
+  // log-probability of it. Report its outcome as usual. Served, the runner
+  // records it so (served_taken, PROTOCOL.md 10.5.1). UsageError for an
+  // action that is not one of the space; NotAgreed, served, from a runner
+  // that records only its own actions.
+  void log_action(Floats obs, const Action& action);
+  void log_action(uint32_t env, Floats obs, const Action& action);
+  void log_action(const std::vector<uint32_t>& envs, Floats obs, const std::vector<Action>& actions);
+
+  // Like log_action(), but a person or a scripted controller acted instead of
+  // the policy (the takeover extension, PROTOCOL.md 10.8): the step is marked.
+  // Off-policy learners (APPO, IMPALA, SAC, DQN) train on it like any other,
+  // on-policy ones (PPO) never do (the runner asks for as many more steps of
+  // the policy's own), and it is counted: stats().takeover_steps and
+  // takeover_rate here, the take-over rate in the learner's live line and
+  // RLlib's metrics. NotAgreed when the runner does not speak takeover
+  // (RLlib's own server, a multi-agent runner): use log_action() there.
+  void take_over(Floats obs, const Action& action);
+  void take_over(uint32_t env, Floats obs, const Action& action);
+  void take_over(const std::vector<uint32_t>& envs, Floats obs, const std::vector<Action>& actions);
+
   // The outcome of an env's last action: its reward, the observation now,
   // whether the episode ended there. An ending report closes the episode; the
   // env's next act() starts a new one at its observation. On-policy, the
@@ -147,8 +174,11 @@ class EnvClient {
               const std::vector<bool>& terminated, const std::vector<bool>& truncated);
 
   // Starts a new episode at `obs` (a running one ends as truncated); optional before act().
-  void start_episode(Floats obs);
-  void start_episode(uint32_t env, Floats obs);
+  // `train` false (RLlib's old training_enabled=False): the episode is played
+  // with the policy and never trained on (an evaluation, a demo): nothing of
+  // it is sent, or served, recorded by the runner.
+  void start_episode(Floats obs, bool train = true);
+  void start_episode(uint32_t env, Floats obs, bool train = true);
   // Ends the running episode where it stands (truncated), e.g. when the game is abandoned.
   void end_episode();
   void end_episode(uint32_t env);
@@ -185,7 +215,11 @@ class EnvClient {
   std::unique_ptr<Engine> setup();
   std::unique_ptr<Engine> local_engine(const WeightsUpdate& update);
   std::unique_ptr<Engine> served_engine(bool serves);
+  std::vector<Action> act_on(const char* call, const std::vector<uint32_t>& envs, Floats obs,
+                             const std::vector<Action>* taken, bool takeover);
   void close(bool flush);
+  // UsageError unless num_envs is 1: `call` is a one-env form, `instead` says which to call.
+  void require_one_env(const char* call, const char* instead) const;
   void check_envs(const char* call, const std::vector<uint32_t>& envs) const;
   void check_rows(const char* call, const std::vector<uint32_t>& envs, Floats rows) const;
   void finish_episode(uint32_t env);
@@ -206,9 +240,13 @@ class EnvClient {
 
   std::vector<std::vector<float>> last_obs_;  // per env: the observation last reported (empty: none)
   std::vector<double> episode_return_;
+  // Take-overs: whether each env's pending action is one, and (taken over, steps) of each env's episode.
+  std::vector<char> taking_over_;
+  std::vector<std::pair<uint64_t, uint64_t>> episode_takeovers_;
   mutable std::mutex counters_mutex_;
-  uint64_t steps_ = 0, episodes_ = 0;
+  uint64_t steps_ = 0, episodes_ = 0, takeover_steps_ = 0;
   std::deque<double> returns_;
+  std::deque<std::pair<uint64_t, uint64_t>> takeovers_kept_;  // of the last 100 episodes
 };
 
 }  // namespace rlinks

@@ -13,6 +13,11 @@
 
 namespace rlinks {
 
+// The takeover extension's per-step marker (PROTOCOL.md section 10.8): an
+// extra model output, bool (T,), true at the steps a person or a scripted
+// controller took over; only chunks with such a step carry it.
+constexpr const char* kTakeoverOutput = "rlinks_takeover";
+
 // A per-step model output to record with each step, such as action_logp
 // (width 0: one number) or action_dist_inputs (width: the number of logits).
 struct ExtraOutput {
@@ -43,15 +48,17 @@ class EpisodeBuilder {
 
   // Records one step: `action` taken, then `reward` and `observation` seen.
   // `extra_values` holds one pointer per declared extra output, to its
-  // width floats (one for width 0). Throws UsageError outside an episode, for
-  // a non-finite reward, or for the wrong number of extra values.
+  // width floats (one for width 0). `takeover`: a person or a scripted
+  // controller chose the action (marked with kTakeoverOutput). Throws
+  // UsageError outside an episode, for a non-finite reward, or for the wrong
+  // number of extra values.
   void step(int64_t action, double reward, const float* observation, bool terminated, bool truncated,
-            std::initializer_list<const float*> extra_values);
+            std::initializer_list<const float*> extra_values, bool takeover = false);
   // The same for a Box action: prod(box_action_shape) floats, as RLlib trains
   // on them (the Gaussian's sample, not what the env applied). UsageError for
   // a Discrete builder (and step() for a Box one).
   void step_box(const float* action, double reward, const float* observation, bool terminated, bool truncated,
-                std::initializer_list<const float*> extra_values);
+                std::initializer_list<const float*> extra_values, bool takeover = false);
 
   // Ends the running episode at its last step, as truncated (its env went
   // away); one that took no steps since it started or was last cut is
@@ -72,7 +79,7 @@ class EpisodeBuilder {
   void cut();
   void check_step(double reward, std::initializer_list<const float*> extra_values) const;
   void record(double reward, const float* observation, bool terminated, bool truncated,
-              std::initializer_list<const float*> extra_values);
+              std::initializer_list<const float*> extra_values, bool takeover);
   NdArray actions(uint64_t steps) const;
   std::string new_id();
 
@@ -92,6 +99,7 @@ class EpisodeBuilder {
   std::vector<float> box_actions_;
   std::vector<float> rewards_;
   std::vector<std::vector<float>> extra_values_;
+  std::vector<bool> takeovers_;  // of the current chunk's steps; empty while none was taken over
   std::optional<double> start_time_, last_step_time_;
 
   std::vector<Value> finished_;

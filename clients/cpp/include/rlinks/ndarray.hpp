@@ -24,6 +24,7 @@ struct DType {
   static DType parse(std::string_view text);
   static DType float32() { return {'<', 'f', 4}; }
   static DType int64() { return {'<', 'i', 8}; }
+  static DType boolean() { return {'|', 'b', 1}; }
 
   std::string str() const;
   bool is_numeric() const { return kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f'; }
@@ -47,6 +48,8 @@ class NdArray {
 
   static NdArray from_float32(std::vector<uint64_t> shape, const float* values);
   static NdArray from_int64(std::vector<uint64_t> shape, const int64_t* values);
+  // A bool array (|b1) of shape (flags.size(),).
+  static NdArray from_bools(const std::vector<bool>& flags);
 
   const DType& dtype() const { return dtype_; }
   const std::vector<uint64_t>& shape() const { return shape_; }

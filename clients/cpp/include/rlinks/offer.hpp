@@ -18,6 +18,8 @@ constexpr std::string_view ack = "ack";
 constexpr std::string_view auth = "auth";
 constexpr std::string_view endpoints = "endpoints";
 constexpr std::string_view served_actions = "served_actions";
+constexpr std::string_view served_taken = "served_taken";  // ACT's taken_mask, taken, train (section 10.5.1)
+constexpr std::string_view takeover = "takeover";          // steps a person or a script took over (section 10.8)
 }  // namespace extension
 
 struct Offer {

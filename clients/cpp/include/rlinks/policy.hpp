@@ -44,12 +44,27 @@ class LocalPolicy {
   PolicyOutput compute(const float* observation, std::mt19937_64& rng);
   // The same into `out`, reusing its buffers (no allocation per step once they have grown).
   void compute(const float* observation, std::mt19937_64& rng, PolicyOutput& out);
+  // The output for an action the simulator chose itself (a person, a script:
+  // EnvClient::log_action), as RLlib's old PolicyClient.log_action recorded
+  // it and as rlinks_rllib's Policy.outputs_for computes it: the module's
+  // dist_inputs for `observation`, the action back in the form RLlib trains on
+  // (`sampled`: a Box action squashed back by action_from_env), its
+  // log-probability under them (whether exploring or not), and `for_env` that
+  // action as the env applies it (clipped). Throws UsageError for an action
+  // that is not one of the space (a Discrete one out of range, a Box one of
+  // another size or not finite), or as compute().
+  void output_for(const float* observation, const Action& taken, PolicyOutput& out);
+  // Throws UsageError unless `taken` is an action of the space (as output_for checks it).
+  void check_action(const Action& taken) const;
 
   size_t observation_size() const { return network_.observation_size(); }
   const ActionSpace& action_space() const { return space_; }
   uint64_t seq_no() const { return seq_no_; }
 
  private:
+  // out.dist_inputs for `observation`, checked finite.
+  void forward(const float* observation, PolicyOutput& out);
+
   ActionSpace space_;
   std::string activation_, head_activation_;
   PolicyOptions options_;

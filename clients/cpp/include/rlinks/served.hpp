@@ -32,11 +32,27 @@ constexpr size_t kMaxActRows = 65536;
 //   start       the row starts a new episode (after a reset)
 //   terminated, truncated
 //               the last action ended the episode; no action is wanted
+//
+// and, each left empty when not sent, the columns of the served_taken
+// extension (section 10.5.1) and of takeover (10.8):
+//
+//   taken_mask  the row's action is the simulator's own, in `taken` (a row
+//               that ends its episode can't carry one)
+//   taken       (k, *action_shape): those actions as the env applies them
+//               (a Discrete space's as int64); other rows hold zeros
+//   train       read on start rows: false starts an episode nothing of which
+//               is recorded (give every row its env's setting, so a start row
+//               rewritten after a reconnect keeps it)
+//   takeover    rows of taken_mask where a person or a scripted controller
+//               acted instead of the policy
 struct ActRows {
   std::vector<uint32_t> env;
   NdArray obs{DType::float32(), {0}, Bytes{}};
   std::vector<double> reward;
   std::vector<bool> start, terminated, truncated;
+  std::vector<bool> taken_mask;
+  NdArray taken{DType::int64(), {0}, Bytes{}};
+  std::vector<bool> train, takeover;
 
   size_t size() const { return env.size(); }
   bool ends(size_t row) const { return terminated[row] || truncated[row]; }
@@ -44,11 +60,18 @@ struct ActRows {
   std::vector<uint32_t> wanting_actions() const;
   // Throws UsageError unless: 1 to kMaxActRows rows, every column k long,
   // obs of shape (k, ...) and a numeric dtype, env ids <= kMaxEnvId,
-  // rewards finite as float32, and no row that both starts and ends an episode.
+  // rewards finite as float32, and no row that both starts and ends an
+  // episode; taken_mask with `taken` of shape (k, ...) and numbers, on rows
+  // that want an action; takeover only on rows of taken_mask.
   void check() const;
+  // Whether the served_taken columns (taken_mask, train) are sent.
+  bool has_served_taken() const { return !taken_mask.empty() || !train.empty(); }
   // Rows `rows` of these, in that order (start flags as given in `start_rows`,
   // one per kept row).
   ActRows select(const std::vector<size_t>& rows, const std::vector<bool>& start_rows) const;
+
+ private:
+  void check_taken() const;
 };
 
 // Builds the rows of one ACT for flat float32 observations, one row at a time.
