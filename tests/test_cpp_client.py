@@ -1162,6 +1162,44 @@ def test_box_actions_reach_rllib_as_it_trains_on_them_local_and_served(cpp, ray_
         runner.stop()
 
 
+@pytest.mark.timeout(300)
+def test_served_logged_actions_and_an_untrained_episode_reach_rllib_as_python_records_them(cpp, ray_local):
+    """configs/ppo_pendulum.yaml's runner serving a C++ client that takes two actions of three itself
+    (served_taken): RLlib gets them squashed back into [-1, 1] with the module's log-probability of them, and
+    none of the episode played with training off."""
+    import torch
+
+    runner = pendulum_runner()
+    client = subprocess.Popen([str(cpp / "env_client_scenarios"), "{}:{}".format(*runner.address), "taken_box",
+                               "served"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        (episode,) = runner.sample()  # env 0's share; env 1's steps never arrive
+        runner.stop()
+        out, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate(timeout=10)
+        runner.stop()
+    assert client.returncode == 0 and out.splitlines()[-1] == "done", out + err
+    assert len(episode) == PENDULUM_SHARE
+    obs = np.asarray(episode.get_observations(), np.float32)
+    actions = np.asarray(episode.get_actions())[:, 0]
+    inputs = np.asarray(episode.get_extra_model_outputs("action_dist_inputs"), np.float32)
+    logp = np.asarray(episode.get_extra_model_outputs("action_logp"))
+    np.testing.assert_allclose(obs[:, 2] - obs[0, 2], 0.01 * np.arange(len(obs)), atol=1e-4)  # env 0's
+    step = np.arange(PENDULUM_SHARE)
+    logged = step % 3 != 2
+    # The runner clips a taken action to the Box before squashing it back (PROTOCOL.md 10.5.1): 3.0 is 1.0.
+    np.testing.assert_allclose(actions[logged], np.where(step % 3 == 0, 0.75, 1.0)[logged], rtol=1e-6)
+    with torch.no_grad():
+        forward = runner.module.forward_inference({"obs": torch.from_numpy(obs[:-1].copy())})
+        dist = runner.module.get_exploration_action_dist_cls().from_logits(torch.from_numpy(inputs))
+        expected_logp = dist.logp(torch.from_numpy(actions[:, None].astype(np.float32))).numpy()
+    np.testing.assert_allclose(inputs, forward["action_dist_inputs"].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logp, expected_logp, rtol=1e-5, atol=1e-5)
+
+
 # ----------------------------------------------------------------------
 # Training with a real learner
 

@@ -101,18 +101,26 @@ void taken(rlinks::EnvClient& client) {
 }
 
 // Against a runner with a Box(-2, 2, (1,)) action space and 3-number observations: env 0's simulator
-// takes every first and second action of three itself (1.5, and 3.0, past the bound), the policy the third.
+// takes every first and second action of three itself (1.5, and 3.0, past the bound), the policy the third;
+// env 1 plays an episode that is never trained on. Local: until the runner's share is sent; served: until
+// the learner ends the run.
 void taken_box(rlinks::EnvClient& client) {
-  std::vector<float> obs{1.0f, 0.0f, 0.5f};
-  for (int step = 0; client.stats().delivery.batches_sent == 0; ++step) {
-    if (step % 3 == 2) {
-      client.act(0, obs);
-    } else {
-      client.log_action(0, obs, rlinks::Action::of_box({step % 3 == 0 ? 1.5f : 3.0f}));
+  const bool local = client.mode() == rlinks::Inference::local;
+  std::vector<float> obs{1.0f, 0.0f, 0.5f}, other{0.0f, 1.0f, 0.0f};
+  client.run([&] {
+    client.start_episode(1, other, false);
+    for (int step = 0; local ? client.stats().delivery.batches_sent == 0 : step < 100000; ++step) {
+      if (step % 3 == 2) {
+        client.act(0, obs);
+      } else {
+        client.log_action(0, obs, rlinks::Action::of_box({step % 3 == 0 ? 1.5f : 3.0f}));
+      }
+      client.act(1, other);
+      obs[2] += 0.01f;
+      client.report(0, -1.0, obs);
+      client.report(1, 0.0, other);
     }
-    obs[2] += 0.01f;
-    client.report(0, -1.0, obs);
-  }
+  });
 }
 
 }  // namespace
