@@ -1005,6 +1005,33 @@ def test_served_log_action_needs_a_runner_that_records_the_simulators_actions(cp
     assert peer.acts == [] and peer.violations == []  # nothing the runner would refuse was sent
 
 
+def test_the_cartpole_teachers_steps_go_as_take_overs(cpp):
+    """examples/cartpole.cpp --teacher: where the pole is about to fall the teacher's push is sent with
+    take_over (marked, its logp the policy's), elsewhere the policy's action."""
+    from rlinks_rllib.client import NumpyPolicy
+
+    with ScriptedRunner(extensions=("want_steps", "ack", "takeover")) as server:
+        result = cartpole(cpp, "--address", server.address, "--teacher", "--envs", "2", "--seed", "4",
+                          "--max-steps", str(2 * UPDATE_STEPS))
+    assert result.returncode == 0, result.stderr
+    chunks = [check_chunk(state) for _, m in server.batch_messages() for state in m["episodes"]]
+    assert sum(c["t"] - c["t_started"] for c in chunks) == 2 * UPDATE_STEPS
+    policy = NumpyPolicy(PARAMS, {"kind": "discrete", "n": 2})
+    taught = 0
+    for chunk in chunks:
+        obs, actions = chunk["observations"]["data"][:-1], chunk["actions"]["data"]
+        lean = obs[:, 2] + 0.1 * obs[:, 3]
+        teacher = np.abs(lean) > 0.1
+        extra = chunk["extra_model_outputs"]
+        marker = extra["rlinks_takeover"]["data"] if "rlinks_takeover" in extra else np.zeros(len(obs), bool)
+        assert marker.tolist() == teacher.tolist()
+        assert actions[teacher].tolist() == (lean[teacher] > 0).astype(int).tolist()
+        np.testing.assert_allclose(extra["action_logp"]["data"],
+                                   policy.outputs_for(obs, actions).action_logp, rtol=1e-5, atol=1e-6)
+        taught += int(teacher.sum())
+    assert taught > 0
+
+
 #: A Box(-2, 2, (1,)) runner with 3-number observations: RLlib's default PPO module, a 3 -> 8 tanh encoder,
 #: an 8 -> 2 pi head (mean and log-std).
 BOX_PARAMS = {

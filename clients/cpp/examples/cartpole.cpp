@@ -9,7 +9,9 @@
 // names a runner, or to a runner), records the episodes, sends them (on-policy:
 // waits for the weights trained on them, when the runner's share is in),
 // takes new weights, reconnects (--reliable) and closes. --envs N steps N
-// CartPoles together (served: one ACT per tick).
+// CartPoles together (served: one ACT per tick). With --teacher a scripted
+// controller takes over when the pole is about to fall: those steps go with
+// take_over(obs, action) instead of act(obs), marked as taken over.
 //
 // Run a learner first (rlinks learner --config configs/ppo_cartpole.yaml),
 // then one or more copies of this:
@@ -58,6 +60,7 @@ CartPole-v1 training with an RLlib learner over RLlink.
                          observations, get actions; no weights or network here
   --off-policy           send batches without waiting for new weights
   --envs N               CartPoles stepped together (default 1)
+  --teacher              a scripted controller takes over when the pole is about to fall
 )";
 
 // gymnasium's CartPole-v1: the same constants, Euler integration, reward 1
@@ -128,6 +131,7 @@ struct Args {
   bool reliable = false;
   bool served_actions = false;
   bool off_policy = false;
+  bool teacher = false;
   uint64_t envs = 1;
   double timeout_s = 120.0;
   int retry_attempts = 20;
@@ -179,6 +183,8 @@ Args parse_args(int argc, char** argv) {
       args.served_actions = true;
     } else if (flag == "--off-policy") {
       args.off_policy = true;
+    } else if (flag == "--teacher") {
+      args.teacher = true;
     } else if (flag == "--envs") {
       args.envs = parse_count(flag, value());
     } else if (flag == "--timeout") {
@@ -226,6 +232,40 @@ rlinks::EnvClientOptions client_options(const Args& args, uint64_t seed) {
   return options;
 }
 
+// The teacher: when the pole leans (or falls) past 0.1 rad, push the cart under it; else nothing (-1).
+int64_t teacher_action(const float* obs) {
+  const float lean = obs[2] + 0.1f * obs[3];
+  return std::fabs(lean) > 0.1f ? int64_t(lean > 0) : -1;
+}
+
+// The actions for every env: the teacher's where it takes over (sent with take_over), the policy's elsewhere.
+std::vector<rlinks::Action> act(rlinks::EnvClient& client, const std::vector<float>& obs, bool teacher) {
+  const std::vector<uint32_t> all = client.all_envs();
+  if (!teacher) return client.act(all, obs);
+  std::vector<rlinks::Action> actions(all.size());
+  std::vector<uint32_t> taught, left;
+  std::vector<float> taught_obs, left_obs;
+  std::vector<rlinks::Action> taught_actions;
+  for (uint32_t env : all) {
+    const float* row = obs.data() + 4 * env;
+    const int64_t action = teacher_action(row);
+    if (action < 0) {
+      left.push_back(env);
+      left_obs.insert(left_obs.end(), row, row + 4);
+    } else {
+      taught.push_back(env);
+      taught_obs.insert(taught_obs.end(), row, row + 4);
+      taught_actions.push_back(actions[env] = rlinks::Action::of_index(action));
+    }
+  }
+  if (!taught.empty()) client.take_over(taught, taught_obs, taught_actions);
+  if (!left.empty()) {
+    const std::vector<rlinks::Action> chosen = client.act(left, left_obs);
+    for (size_t i = 0; i < left.size(); ++i) actions[left[i]] = chosen[i];
+  }
+  return actions;
+}
+
 std::atomic<rlinks::EnvClient*> running_client{nullptr};
 
 void request_stop(int) {
@@ -250,11 +290,11 @@ struct Summary {
                                         : std::accumulate(returns.begin(), returns.end(), 0.0) / double(returns.size());
     const rlinks::ClientStats& delivery = stats.delivery;
     std::printf("summary: steps=%llu episodes=%llu mean_return_last_20=%.1f weights_seq_no=%llu reconnects=%llu "
-                "batches_resent=%llu steps_sent=%llu steps_acked=%llu local_steps_per_s=%.0f\n",
+                "batches_resent=%llu steps_sent=%llu steps_acked=%llu local_steps_per_s=%.0f takeover_rate=%.3f\n",
                 (unsigned long long)steps, (unsigned long long)episodes, mean, (unsigned long long)stats.weights_seq_no,
                 (unsigned long long)delivery.reconnects, (unsigned long long)delivery.batches_resent,
                 (unsigned long long)delivery.steps_sent, (unsigned long long)delivery.steps_acked,
-                local_seconds > 0 ? double(steps) / local_seconds : 0.0);
+                local_seconds > 0 ? double(steps) / local_seconds : 0.0, stats.takeover_rate);
     std::fflush(stdout);
   }
 };
@@ -297,12 +337,13 @@ void train(const Args& args, Summary& summary) {
   std::vector<double> reward(n), episode_return(n, 0.0);
   std::vector<bool> terminated(n), truncated(n);
   const std::vector<uint32_t> all = client.all_envs();
+  if (args.teacher) std::cerr << "cartpole: the teacher takes over when the pole is about to fall" << std::endl;
 
   const auto started = std::chrono::steady_clock::now();
   const double waited_before = client.stats().wait_s;
   const rlinks::Ending ending = client.run([&] {
     while (summary.steps < args.max_steps) {
-      const std::vector<rlinks::Action> actions = client.act(all, obs);
+      const std::vector<rlinks::Action> actions = act(client, obs, args.teacher);
       for (uint64_t i = 0; i < n; ++i) {
         const CartPole::Step step = envs[i].step(actions[i].discrete());
         std::copy(step.observation.begin(), step.observation.end(), obs.begin() + std::ptrdiff_t(4 * i));
@@ -340,8 +381,12 @@ int main(int argc, char** argv) {
     train(args, summary);
     return 0;
   } catch (const rlinks::NotAgreed& error) {
-    std::cerr << "cartpole: the learner does not serve actions: " << error.what() << "; run without --served-actions"
-              << std::endl;
+    if (args.served_actions) {
+      std::cerr << "cartpole: the learner does not serve actions: " << error.what() << "; run without --served-actions"
+                << std::endl;
+    } else {
+      std::cerr << "cartpole: " << error.what() << std::endl;
+    }
     summary.print({}, 0);
     return 3;
   } catch (const rlinks::ServerError& error) {

@@ -3,12 +3,14 @@
 // The same loop as cartpole.cpp, for a Box action: act() gives the torque in
 // the env's bounds (the policy's Gaussian sample unsquashed from [-1, 1] to
 // [-2, 2], as RLlib's normalize_actions does); EnvClient records the sample
-// itself, which is what RLlib trains on.
+// itself, which is what RLlib trains on. With --teacher a scripted controller
+// brakes when the pendulum swings up too fast: take_over(obs, action) sends its
+// torque, marked as taken over (recorded squashed back into [-1, 1]).
 //
 //   rlinks learner --config configs/ppo_pendulum.yaml     # then:
 //   pendulum --address 127.0.0.1:5565
 //
-// Options: --address HOST:PORT, --max-steps N, --seed S, --served-actions, --timeout SECONDS.
+// Options: --address HOST:PORT, --max-steps N, --seed S, --served-actions, --teacher, --timeout SECONDS.
 
 #include <algorithm>
 #include <array>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -63,6 +66,12 @@ class Pendulum {
   int steps_ = 0;
 };
 
+// The teacher: near the top (cos > 0.8) and too fast (|theta_dot| > 2), a PD torque that brakes; else none.
+std::optional<float> teacher_torque(const Pendulum::Observation& obs) {
+  if (!(obs[0] > 0.8f && std::fabs(obs[2]) > 2.0f)) return std::nullopt;
+  return float(std::clamp(-10.0 * std::atan2(double(obs[1]), double(obs[0])) - double(obs[2]), -2.0, 2.0));
+}
+
 std::atomic<rlinks::EnvClient*> running_client{nullptr};
 
 void request_stop(int) {
@@ -74,12 +83,17 @@ void request_stop(int) {
 int main(int argc, char** argv) {
   std::string address = "127.0.0.1:5565";
   uint64_t max_steps = 100000, seed = std::random_device{}();
+  bool teacher = false;
   rlinks::EnvClientOptions options;
   options.connection.reliable = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--served-actions") {
       options.inference = rlinks::Inference::served;
+      continue;
+    }
+    if (flag == "--teacher") {
+      teacher = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -120,8 +134,15 @@ int main(int argc, char** argv) {
     Pendulum::Observation obs = env.reset();
     const rlinks::Ending ending = client.run([&] {
       while (steps < max_steps) {
-        const rlinks::Action action = client.act(obs);
-        const double reward = env.step(action.box()[0]);
+        const std::optional<float> torque = teacher ? teacher_torque(obs) : std::nullopt;
+        float applied;
+        if (torque) {
+          client.take_over(obs, rlinks::Action::of_box({*torque}));
+          applied = *torque;
+        } else {
+          applied = client.act(obs).box()[0];
+        }
+        const double reward = env.step(applied);
         obs = env.observation();
         ++steps;
         episode_return += reward;
@@ -136,9 +157,9 @@ int main(int argc, char** argv) {
     });
     if (ending == rlinks::Ending::training_ended) std::cerr << "pendulum: the learner stopped; done" << std::endl;
     if (ending == rlinks::Ending::stopped) std::cerr << "pendulum: stopped" << std::endl;
-    std::printf("summary: steps=%llu episodes=%llu last_return=%.1f weights_seq_no=%llu\n",
+    std::printf("summary: steps=%llu episodes=%llu last_return=%.1f weights_seq_no=%llu takeover_rate=%.3f\n",
                 (unsigned long long)steps, (unsigned long long)episodes, last_return,
-                (unsigned long long)client.stats().weights_seq_no);
+                (unsigned long long)client.stats().weights_seq_no, client.stats().takeover_rate);
     return 0;
   } catch (const rlinks::Error& error) {
     std::cerr << "pendulum: " << error.what() << std::endl;
