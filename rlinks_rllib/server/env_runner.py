@@ -23,6 +23,7 @@ weights (:mod:`.multi_agent`). See :mod:`.settings` for every ``env_config`` key
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -51,6 +52,7 @@ from .listener import RLinkServer
 from .metrics import (RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, log_takeovers,
                       runner_key)
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
+from .offpolicy import EpisodeAliases, StepCredit, backlog_steps
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .recorder import runner_recorder
 from .scheduler import SamplePacer, WeightsChange
@@ -67,6 +69,9 @@ _RECORDED = "_rlinks_recorded"
 
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
+
+#: Least seconds between two log lines about an off-policy backlog being dropped.
+_DROP_LOG_EVERY_S = 60.0
 
 
 def _is_on_policy(config: Any) -> bool:
@@ -112,6 +117,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.config.num_envs_per_env_runner
         )
         self.on_policy = _is_on_policy(self.config)
+        self._setup_off_policy_flow()
         # Steps one on-policy update takes from this runner: its share of the
         # train batch, at least one rollout fragment.
         runners = max(1, int(self.config.num_env_runners or 0))
@@ -158,6 +164,25 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server.start()
             logger.info("RLinkEnvRunner %d: simulators connect to %s:%d", self.worker_index, *self.address)
 
+    def _setup_off_policy_flow(self) -> None:
+        """Off-policy, one fragment per sample() on average and a bounded backlog (see offpolicy.py)."""
+        #: The steps each sample() hands over (off-policy only; None on-policy).
+        self._credit: Optional[StepCredit] = None
+        self._backlog = backlog_steps(self.settings.off_policy_backlog_steps, self._target_steps)
+        #: Whether the oldest steps beyond the backlog are dropped (else the inbox holds no more: pacing).
+        self._drop_backlog = False
+        self._aliases = EpisodeAliases()
+        self._dropped_backlog_steps = 0
+        self._drop_log = (0.0, 0)  # when the last line about dropping was logged, and the count then
+        if self.on_policy:
+            return
+        self._credit = StepCredit(self._target_steps, max_debt=self._backlog)
+        # Multi-agent chunks are not renamed after a gap (MultiAgentEpisode ids nest), so they are paced.
+        self._drop_backlog = self.settings.off_policy_backlog == "drop" and self._multi_agent is None
+        if not self._drop_backlog:
+            self.settings = dataclasses.replace(self.settings,
+                                                inbox_max_steps=min(self.settings.inbox_max_steps, self._backlog))
+
     @property
     def _weights_seq_no(self) -> int:
         return self._pacer.weights_seq_no
@@ -184,7 +209,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             return {}
         stats = self.server.stats.snapshot()
         stats.update(inbox_steps=self.server.inbox.steps, weights_seq_no=self._weights_seq_no,
-                     dropped_stale_steps=self._dropped_stale_steps)
+                     dropped_stale_steps=self._dropped_stale_steps,
+                     dropped_backlog_steps=self._dropped_backlog_steps)
         if self._recorder is not None:
             stats.update(self._recorder.stats())
         return stats
@@ -204,6 +230,10 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         then returns what it holds: Ray never abandons the call, so no batch is
         thrown away. Steps beyond the share wait for the next call.
 
+        Off-policy, a call hands over one rollout fragment on average, so
+        that RLlib's replay ratio holds, and the oldest steps beyond the
+        backlog are dropped or never read (see ``offpolicy.py``).
+
         The batches returned are confirmed (``ACK``) to clients that speak
         the ``ack`` extension; see ``docs/SECURITY.md`` for what that guarantees.
         """
@@ -217,8 +247,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                 clients=self.server.stats.clients_connected)
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
-        wanted = self._pacer.steps_to_take()
-        batches = self.server.inbox.take(wanted, plan.wait_s)
+        wanted = self._pacer.steps_to_take() if self._credit is None else self._credit.wanted()
+        finished = []
+        if self._drop_backlog:
+            self._drop(self.server.inbox.drop_oldest(self._backlog), finished)
+        batches = self.server.inbox.take(wanted, plan.wait_s if wanted else 0.0)
         short = wanted - sum(batch.steps for batch in batches)
         if short > 0 and self.server.serves_actions:
             # Steps of served clients wait in the runner until an update has
@@ -227,8 +260,6 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             batches += self.server.inbox.take(short, 0.0)
         episodes = []
         steps = 0
-        finished = []
-        add = self._episode_totals.add
         lags = []  # per episode, for the multi-agent metrics
         kept, stale = [], []  # what goes to RLlib, and what is dropped (for the recorder)
         for batch in batches:
@@ -240,20 +271,12 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             kept.append(batch)
             self._lags.append(lag)
             lags += [lag] * len(batch.episodes)
-            takeovers = getattr(batch, "takeovers", None)
-            if takeovers is not None:
-                # The chunks as played: on-policy, the taken-over steps are not among the episodes.
-                self._takeover_steps += takeovers.steps
-                for tally in takeovers.tallies:
-                    totals = self._episode_totals.add_tally(tally)
-                    if totals is not None:
-                        finished.append(totals)
-            for episode in batch.episodes if self._ma_metrics is None and takeovers is None else ():
-                totals = add(episode)
-                if totals is not None:
-                    finished.append(totals)
+            self._count_returns(batch, finished)
             episodes.extend(batch.episodes)
             steps += batch.steps
+        if self._credit is not None:
+            self._credit.handed(sum(batch.steps for batch in batches))
+            self._aliases.rename(episodes)
         self._record(kept, trained=True)
         if self.settings.record_untrained:
             self._record(stale, trained=False)
@@ -266,6 +289,43 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             log_sampled(self.metrics, steps, len(finished))
             self.num_env_steps_sampled_lifetime += steps
         return episodes
+
+    def _count_returns(self, batch: Any, finished: list) -> None:
+        """Add ``batch``'s steps to the episode totals; the totals of episodes it ends go to ``finished``."""
+        takeovers = getattr(batch, "takeovers", None)
+        if takeovers is not None:
+            # The chunks as played: on-policy, the taken-over steps are not among the episodes.
+            self._takeover_steps += takeovers.steps
+            for tally in takeovers.tallies:
+                totals = self._episode_totals.add_tally(tally)
+                if totals is not None:
+                    finished.append(totals)
+        for episode in batch.episodes if self._ma_metrics is None and takeovers is None else ():
+            totals = self._episode_totals.add(episode)
+            if totals is not None:
+                finished.append(totals)
+
+    def _drop(self, batches: list, finished: list) -> None:
+        """Off-policy ``batches`` past the backlog: confirmed, counted, their returns kept, not trained on."""
+        if not batches:
+            return
+        steps = 0
+        for batch in batches:
+            steps += batch.steps
+            self._count_returns(batch, finished)
+            self._aliases.dropped(batch.episodes)
+        self._dropped_backlog_steps += steps
+        if self.settings.record_untrained:
+            self._record(batches, trained=False)
+        self.server.confirm(batches)
+        now = time.monotonic()
+        logged_at, logged_count = self._drop_log
+        if not logged_at or now - logged_at >= _DROP_LOG_EVERY_S:
+            logger.info("RLinkEnvRunner %d: the learner takes fewer steps than the simulators send; dropped %d steps "
+                        "(the oldest, %d in all), keeping the freshest %d (off_policy_backlog: 'pace' makes the "
+                        "simulators wait instead)", self.worker_index, self._dropped_backlog_steps - logged_count,
+                        self._dropped_backlog_steps, self._backlog)
+            self._drop_log = (now, self._dropped_backlog_steps)
 
     def _record(self, batches: list, *, trained: bool) -> None:
         """Hand ``batches`` to the recorder (copied now, written on its thread), each batch once."""
@@ -341,6 +401,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                 weights_seq_no=self._weights_seq_no,
                 lags=self._lags,
                 dropped_stale_steps=self._dropped_stale_steps,
+                dropped_backlog_steps=self._dropped_backlog_steps,
             )
             self._lags = []
             log_takeovers(self.metrics, self._episode_totals, self._takeover_steps)

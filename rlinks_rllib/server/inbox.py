@@ -140,6 +140,27 @@ class Inbox:
             self._on_drained()
         return taken
 
+    def drop_oldest(self, keep_steps: int) -> list[Batch]:
+        """Take out the oldest batches until at most ``keep_steps`` are held (the newest batch always stays).
+
+        For an off-policy runner whose learner takes less than its clients
+        send: what it gets should be the freshest. Returns what was taken
+        out, oldest first; the caller confirms and counts it.
+        """
+        dropped: list[Batch] = []
+        with self._cond:
+            while len(self._batches) > 1 and self._steps > keep_steps:
+                batch = self._batches.popleft()
+                dropped.append(batch)
+                self._steps -= batch.steps
+                self._bytes -= batch.nbytes
+            drained = bool(dropped) and self._was_full and not self._full_locked()
+            if drained:
+                self._was_full = False
+        if drained and self._on_drained is not None:
+            self._on_drained()
+        return dropped
+
     def close(self) -> None:
         """Make every waiting and later :meth:`take` return at once (shutdown)."""
         with self._cond:

@@ -233,7 +233,7 @@ class TransportMetrics:
         return delta
 
     def log(self, metrics: MetricsLogger, snapshot: dict, *, inbox_steps: int, inbox_bytes: int,
-            weights_seq_no: int, lags: list[int], dropped_stale_steps: int) -> None:
+            weights_seq_no: int, lags: list[int], dropped_stale_steps: int, dropped_backlog_steps: int = 0) -> None:
         key = RUNNER_METRICS_KEY
         # Gauges: the latest value of this runner (the max over runners once aggregated).
         metrics.log_value((key, "clients_connected"), snapshot["clients_connected"], reduce="max", window=1)
@@ -252,6 +252,7 @@ class TransportMetrics:
         for code, count in snapshot["errors"].items():
             self._log_delta(metrics, (key, "errors", code), "error:" + code, count)
         self._log_delta(metrics, (key, "dropped_stale_steps"), "dropped", dropped_stale_steps)
+        self._log_delta(metrics, (key, "dropped_backlog_steps"), "dropped_backlog", dropped_backlog_steps)
         if lags:
             metrics.log_value((key, "policy_lag_mean"), sum(lags) / len(lags), window=100)
             metrics.log_value((key, "policy_lag_max"), max(lags), reduce="max", window=100)

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 
 from ..protocol.auth import SECRET_ENV, load_secret
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
+from .offpolicy import BACKLOG_MODES
 from .recorder import AT_CAP_MODES
 
 __all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "SWITCH_MODES", "is_loopback"]
@@ -73,6 +74,14 @@ class RLinkSettings:
             runner's on-policy clients for more steps with the same weights.
         drop_stale_steps: drop (and count) steps sampled with weights older than
             the current ones instead of training on them with their lag reported.
+        off_policy_backlog: what an off-policy runner (DQN, SAC) does with steps
+            its learner can't take yet beyond ``off_policy_backlog_steps``:
+            ``"drop"`` (default) the oldest, counted (``dropped_backlog_steps``),
+            so the simulators never wait and the learner gets the freshest;
+            ``"pace"``: hold no more, so the simulators' sends wait for the
+            learner and nothing is dropped. See ``server/offpolicy.py``.
+        off_policy_backlog_steps: that bound in env steps; 0 (default): four
+            rollout fragments, at least 64 steps.
         max_write_buffer_bytes: bytes queued to one client before it is cut off as too slow.
         auth: ``"auto"`` (default): require the shared secret when one is set
             (``$RLINKS_SECRET`` in the runner's environment, or
@@ -129,7 +138,8 @@ class RLinkSettings:
             ``"rotate"``: delete this runner's oldest files (counted as
             ``record_deleted_files``). Either is logged once as a warning.
         record_untrained: also record the episodes this runner receives but
-            does not hand RLlib (stale steps dropped by ``drop_stale_steps``),
+            does not hand RLlib (stale steps dropped by ``drop_stale_steps``, an
+            off-policy backlog dropped by ``off_policy_backlog``),
             in ``record_dir/_untrained``.
     """
 
@@ -148,6 +158,8 @@ class RLinkSettings:
     sample_wait_fraction: float = 0.75
     extend_after_s: float = 5.0
     drop_stale_steps: bool = False
+    off_policy_backlog: str = "drop"
+    off_policy_backlog_steps: int = 0
     max_write_buffer_bytes: int = 256 * 1024 * 1024
     auth: str = "auto"
     auth_secret_file: str = ""
@@ -199,6 +211,11 @@ class RLinkSettings:
         object.__setattr__(self, "ws_allowed_origins", tuple(self.ws_allowed_origins))  # YAML gives a list
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
             raise ValueError("rlinks settings 'tls_key_file' and 'tls_client_ca_file' need 'tls_cert_file'")
+        if self.off_policy_backlog not in BACKLOG_MODES:
+            raise ValueError(f"rlinks setting 'off_policy_backlog' must be one of {BACKLOG_MODES}, "
+                             f"got {self.off_policy_backlog!r}")
+        if self.off_policy_backlog_steps < 0:
+            raise ValueError("rlinks setting 'off_policy_backlog_steps' must not be negative (0: the default)")
         self._check_recording()
 
     def _check_recording(self) -> None:

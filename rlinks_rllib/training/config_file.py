@@ -370,6 +370,7 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     from ..server.receipts import RLinkReceipts
     from ..server.settings import rlinks_env_config
     from ..server.shares import RLinkShares
+    from .replay import RLinkReplaySafe
 
     overrides = overrides or {}
     config = _default_config(spec)
@@ -385,8 +386,9 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
     config.environment(observation_space=observation_space, action_space=action_space, env_config=env_config)
     config.env_runners(env_runner_cls=RLinkEnvRunner)
     # A remote runner hands RLlib again what it dropped (a sample() result that came too late),
-    # and asks its clients for the part of each update they are of all clients.
-    config.callbacks([RLinkReceipts, RLinkShares])
+    # and asks its clients for the part of each update they are of all clients; an off-policy
+    # replay buffer fits in chunks that a reconnect repeats or a runner move reorders (see replay.py).
+    config.callbacks([RLinkReceipts, RLinkShares, RLinkReplaySafe])
     if spec.multi_agent:
         _multi_agent(spec, config)
     _apply(spec, "env_runners", config.env_runners, {**spec.env_runners, **overrides.get("env_runners", {})})

@@ -27,6 +27,10 @@ POLICY_RETURN_PREFIX = "return_"
 #: The column of a run whose simulators took over steps (``takeover``): taken-over steps / steps per episode,
 #: mean over the episodes that finished in the iteration (NaN where none did); absent from other runs.
 TAKEOVER_COLUMN = "takeover_rate"
+#: The columns of an off-policy run whose runners dropped steps past their backlog (``off_policy_backlog``):
+#: the steps dropped so far, and the share of this iteration's arrivals dropped; absent from other runs.
+DROPPED_COLUMN = "steps_dropped"
+DROPPED_SHARE_COLUMN = "dropped_share"
 _SINGLE_AGENT_MODULE = "default_policy"
 
 
@@ -61,7 +65,17 @@ def row_from_result(result: dict, *, time_s: float, clients: int, previous: dict
         **{column: round(float((times or {}).get(column, math.nan)), 4) for column in TIME_COLUMNS},
         **_policy_returns(runners),
         **_takeover_rate(rlinks),
+        **_dropped(rlinks, ds, previous),
     }
+
+
+def _dropped(rlinks: dict, handed: int, previous: dict | None) -> dict:
+    """``steps_dropped`` and ``dropped_share`` once a runner has dropped a backlog (nothing before)."""
+    dropped = _count(rlinks.get("dropped_backlog_steps"))
+    if not dropped:
+        return {}
+    now = dropped - _count((previous or {}).get(DROPPED_COLUMN))
+    return {DROPPED_COLUMN: dropped, DROPPED_SHARE_COLUMN: round(now / (now + handed), 4) if now + handed > 0 else 0.0}
 
 
 def _takeover_rate(rlinks: dict) -> dict:
@@ -90,8 +104,10 @@ def _policy_columns(rows: Iterable[dict]) -> list[str]:
 
 
 def _extra_columns(rows: list[dict]) -> list[str]:
-    """Columns only some runs have: the take-over rate, then the per-policy returns."""
-    return [TAKEOVER_COLUMN] * any(TAKEOVER_COLUMN in row for row in rows) + _policy_columns(rows)
+    """Columns only some runs have: the take-over rate, the dropped steps, then the per-policy returns."""
+    return ([TAKEOVER_COLUMN] * any(TAKEOVER_COLUMN in row for row in rows)
+            + [DROPPED_COLUMN, DROPPED_SHARE_COLUMN] * any(DROPPED_COLUMN in row for row in rows)
+            + _policy_columns(rows))
 
 
 def format_row(row: dict) -> str:
@@ -102,6 +118,7 @@ def format_row(row: dict) -> str:
         f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
         + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
         + (f" | take-over {row[TAKEOVER_COLUMN]:.1%}" if math.isfinite(row.get(TAKEOVER_COLUMN, math.nan)) else "")
+        + (f" | dropped {row[DROPPED_SHARE_COLUMN]:.0%}" if DROPPED_COLUMN in row else "")
         + "".join(f" | {k[len(POLICY_RETURN_PREFIX):]} {row[k]:.1f}" for k in _policy_columns([row]))
     )
 
