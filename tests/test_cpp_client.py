@@ -1105,6 +1105,15 @@ def pendulum_runner():
     return RLinkEnvRunner(config=config, worker_index=0)
 
 
+def sample_when_connected(runner) -> list:
+    """``runner.sample()`` once a client is connected (30 s at most): a runner without one answers at once."""
+    deadline = time.monotonic() + 30
+    while runner.get_transport_stats().get("clients_connected", 0) < 1:
+        assert time.monotonic() < deadline, "no client connected to the runner"
+        time.sleep(0.05)
+    return runner.sample()
+
+
 def check_pendulum_episode(episode, module) -> None:
     """What RLlib received is what it trains on, and the simulator applied that action unsquashed.
 
@@ -1157,7 +1166,7 @@ def test_box_actions_reach_rllib_as_it_trains_on_them_local_and_served(cpp, ray_
 
     try:
         local = pendulum("--seed", "1")
-        (first,) = runner.sample()
+        (first,) = sample_when_connected(runner)
         assert len(first) == PENDULUM_SHARE and first.is_truncated
         check_pendulum_episode(first, runner.module)
 
@@ -1175,7 +1184,7 @@ def test_box_actions_reach_rllib_as_it_trains_on_them_local_and_served(cpp, ray_
 
         runner.set_state({"rl_module": runner.module.get_state(), "weights_seq_no": 2})
         served = pendulum("--served-actions", "--seed", "2")
-        (third,) = runner.sample()
+        (third,) = sample_when_connected(runner)
         check_pendulum_episode(third, runner.module)
         runner.stop()
         out, err = served.communicate(timeout=30)
@@ -1200,7 +1209,7 @@ def test_served_logged_actions_and_an_untrained_episode_reach_rllib_as_python_re
     client = subprocess.Popen([str(cpp / "env_client_scenarios"), "{}:{}".format(*runner.address), "taken_box",
                                "served"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        (episode,) = runner.sample()  # env 0's share; env 1's steps never arrive
+        (episode,) = sample_when_connected(runner)  # env 0's share; env 1's steps never arrive
         runner.stop()
         out, err = client.communicate(timeout=30)
     finally:
