@@ -400,3 +400,72 @@ def test_the_running_totals_match_a_walk_over_every_client():
             record(rec, client, act(envs, rng.normal(size=(len(envs), 4)), start=start, terminated=ending), now)
             started[client] = (known | set(envs)) - {e for e, end in zip(envs, ending) if end}
         assert (rec.outstanding, rec.all_waiting) == recount()
+
+
+def _chunk_digest(chunk: dict) -> tuple:
+    """What RLlib trains on in a chunk (not its random id or clock times), comparable across recorders."""
+    extra = chunk["extra_model_outputs"] or {}
+    return (chunk["observations"]["data"].tobytes(), chunk["actions"]["data"].tolist(),
+            chunk["rewards"]["data"].tolist(), chunk["rewards"]["data"].dtype.str,
+            tuple((name, np.asarray(value["data"]).tobytes()) for name, value in sorted(extra.items())),
+            chunk["is_terminated"], chunk["is_truncated"], chunk["t_started"], chunk["t"])
+
+
+def test_envs_reporting_at_different_times_give_the_chunks_of_a_local_builder_per_env():
+    """The recorder keeps an ACT's steps as columns; the chunks are still those of one EpisodeBuilder per env.
+
+    Envs report in different ACTs (steps of one cut come from several answers),
+    episodes end and start again in one ACT, a reset cuts an open episode,
+    and ``max_chunk_steps`` cuts long ones, with cuts taken at random times.
+    """
+    rng = np.random.default_rng(3)
+    r = recorder(max_chunk_steps=3)
+    local = {env: EpisodeBuilder(max_chunk_steps=3) for env in range(5)}
+    pending: dict[int, tuple] = {}  # env -> (action, extra) sent and not reported yet
+    served, mine = [], []
+    for _ in range(300):
+        envs = sorted(env for env in local if env not in pending or rng.random() < 0.7)
+        if not envs:
+            continue
+        rows = {"env": [], "obs": [], "reward": [], "start": [], "terminated": [], "truncated": []}
+
+        def row(env, obs, reward=0.0, start=False, terminated=False, truncated=False):
+            for key, value in zip(rows, (env, obs, reward, start, terminated, truncated)):
+                rows[key].append(value)
+
+        for env in envs:
+            obs = rng.normal(size=4).astype(np.float32)
+            if env not in pending or rng.random() < 0.05:  # a new episode, or the client reset a running one
+                row(env, obs, start=True)
+                local[env].reset(obs)
+                continue
+            action, extra = pending.pop(env)
+            reward = float(rng.normal())
+            ending = rng.random() < 0.15
+            truncated = ending and rng.random() < 0.3
+            row(env, obs, reward, terminated=ending and not truncated, truncated=truncated)
+            local[env].step(action, reward, obs, ending and not truncated, truncated, extra)
+            if ending:
+                start = rng.normal(size=4).astype(np.float32)
+                row(env, start, start=True)
+                local[env].reset(start)
+        message = act(rows["env"], np.stack(rows["obs"]), rows["reward"], rows["start"], rows["terminated"],
+                      rows["truncated"])
+        record(r, "c", message)
+        waiting, _ = r.waiting("c")
+        actions = rng.integers(0, 2, len(waiting))
+        logp = rng.normal(size=len(waiting)).astype(np.float32)
+        dist = rng.normal(size=(len(waiting), 2)).astype(np.float32)
+        assert r.set_actions("c", actions, {ACTION_LOGP: logp, ACTION_DIST_INPUTS: dist}, 0, 0.0) == waiting
+        for j, env in enumerate(waiting):
+            pending[env] = (actions[j], {ACTION_LOGP: logp[j], ACTION_DIST_INPUTS: dist[j]})
+        if rng.random() < 0.1:
+            served += r.take_chunks().chunks
+            mine += [chunk for builder in local.values() for chunk in builder.take_chunks()]
+    served += r.take_chunks().chunks
+    mine += [chunk for builder in local.values() for chunk in builder.take_chunks()]
+    for chunk in served:
+        check_episode_state(chunk, obs_shape=(4,), obs_dtype=np.float32, num_actions=2,
+                            required_extra=(ACTION_LOGP, ACTION_DIST_INPUTS))
+    assert len(served) > 200 and any(c["t_started"] for c in served) and any(c["is_truncated"] for c in served)
+    assert sorted(map(_chunk_digest, served)) == sorted(map(_chunk_digest, mine))

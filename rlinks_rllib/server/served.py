@@ -5,19 +5,23 @@ observations (``ACT``) and the runner answers with actions, so the runner,
 not the client, has to record the episodes: observation, the action it
 computed with that action's extra model outputs (``action_logp``,
 ``action_dist_inputs``), then the reward and next observation that the
-env's next row reports. :class:`ServedRecorder` keeps one
-:class:`~rlinks_rllib.protocol.episode_builder.EpisodeBuilder` per (client,
-env), the same builder a local-inference client uses, so RLlib gets the very
-episodes such a client would have sent.
+env's next row reports. RLlib gets the very episodes a local-inference
+client's :class:`~rlinks_rllib.protocol.episode_builder.EpisodeBuilder`
+would have sent (chunk for chunk, cut at ``max_chunk_steps`` as it cuts).
 
 Per ``ACT``: :meth:`ServedRecorder.record` checks all rows first, then
 applies them in order (a ``start`` row resets the env's episode, any other
 row completes the step of the action pending for it); the rows that want an
 action wait until :meth:`ServedRecorder.set_actions` gives them one. The
-caller cuts the episodes (:meth:`ServedRecorder.take_chunks`) when they
-should go to RLlib, closes a disconnected client's episodes
-(:meth:`ServedRecorder.drop_client`) and enforces the report deadline
-(:meth:`ServedRecorder.expire`).
+steps an ``ACT`` completes are kept as columns, one block per ``ACT`` (its
+observations, rewards, and the actions and model outputs of the
+``ACTIONS`` they report on, taken whole when every row of that answer
+reports, as in a game that steps all its agents each tick), not step by
+step per env: at 64 agents a tick, a builder step per agent was a third of
+the runner. The blocks become episode chunks when the caller cuts them
+(:meth:`ServedRecorder.take_chunks`) to send them to RLlib. The caller also
+closes a disconnected client's episodes (:meth:`ServedRecorder.drop_client`)
+and enforces the report deadline (:meth:`ServedRecorder.expire`).
 
 Pure bookkeeping: numpy only; no sockets, threads, clocks or Ray. Clients
 are any hashable key (the listener uses its sessions).
@@ -26,12 +30,14 @@ are any hashable key (the listener uses its sessions).
 from __future__ import annotations
 
 import collections
+import itertools
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Generic, Hashable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from ..protocol.episode_builder import EpisodeBuilder
+from ..protocol.episodes import REWARD_DTYPE, TAKEOVER, build_episode_state
 from ..protocol.errors import ErrorCode
 from ..protocol.served import ActRows
 from .errors import IngestError
@@ -120,27 +126,69 @@ class Cut:
     weights_seq_no: int
 
 
-@dataclass
+@dataclass(eq=False)
+class _Episode:
+    """A trained episode's place in the step log: its id and where its next chunk starts."""
+
+    serial: int
+    id: str
+    #: ``(1, *obs_shape)``: the observation the next chunk starts at (the reset's, or the last chunk's last).
+    first_obs: np.ndarray
+    #: When the next chunk starts (the reset, or the last chunk's last step).
+    start_time: float
+    #: Steps of the episode in chunks already taken.
+    t_started: int = 0
+    #: ``(terminated, truncated)`` once the episode is over.
+    ended: Optional[tuple[bool, bool]] = None
+    #: It was ended by a row of the client (else closed as truncated: a reset, a drop, a deadline).
+    ended_by_row: bool = False
+
+
+@dataclass(eq=False)
+class _Answer:
+    """One ``ACTIONS``: the actions of an ``ACT``'s rows and what is recorded with them."""
+
+    actions: np.ndarray
+    extra: Mapping[str, np.ndarray]
+    #: Of the rows, the take-overs (``takeover``; ``None``: none).
+    takeover: Optional[np.ndarray]
+    weights_seq_no: int
+
+
+@dataclass(eq=False)
 class _Env:
-    builder: EpisodeBuilder
-    #: ``False``: the episode is never trained on (``served_taken``'s ``train``): nothing is recorded or counted.
-    train: bool = True
-    #: The action pending for the env (computed, sent, not yet reported), and its extras.
-    action: Any = None
-    extra: Optional[dict] = None
-    weights_seq_no: int = 0
+    #: ``None``: the episode is never trained on (``served_taken``'s ``train``): nothing is recorded or counted.
+    episode: Optional[_Episode]
+    #: The action pending for the env (computed, sent, not yet reported): an answer and its row in it.
+    answer: Optional[_Answer] = None
+    row: int = 0
     #: When the pending action was sent; ``None``: no action pending.
     sent_at: Optional[float] = None
-    #: The pending action was a take-over (``takeover``): its step is marked so.
-    takeover: bool = False
+    #: Earlier episodes of the env closed by a reset since the last take (their chunks come before its own).
+    closed: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Block:
+    """The steps one ``ACT`` completed, as columns (rows in the order of the ``ACT``)."""
+
+    serial: np.ndarray
+    actions: np.ndarray
+    extra: dict
+    takeover: Optional[np.ndarray]
+    reward: np.ndarray
+    obs: np.ndarray
+    time: float
 
 
 @dataclass
 class _Client:
     heard_at: float
     envs: dict[int, _Env] = field(default_factory=dict)
-    #: Envs with an action pending.
+    #: Envs of trained episodes with an action pending.
     pending: int = 0
+    #: Envs with an action pending, trained or not.
+    unreported: int = 0
     #: The envs of the client's unanswered ACT that want an action; ``None``: nothing unanswered.
     waiting: Optional[list[int]] = None
     waiting_obs: Optional[np.ndarray] = None
@@ -171,8 +219,11 @@ class ServedRecorder(Generic[K]):
         self.report_timeout_s = report_timeout_s
         self._max_chunk_steps = max_chunk_steps
         self._clients: dict[K, _Client] = {}
-        #: Chunks of episodes that ended, and the steps in them and in the open episodes.
-        self._done: list[dict] = []
+        #: The steps recorded since the last take, as one block per ACT; the episodes that ended since
+        #: (in the order they ended); the steps in them and in the open episodes.
+        self._log: list[_Block] = []
+        self._ended: list[_Episode] = []
+        self._serial = 0
         self._steps = 0
         self._oldest: Optional[int] = None
         self._open = 0
@@ -248,37 +299,47 @@ class ServedRecorder(Generic[K]):
         if info is None:
             info = self._clients[client] = _Client(heard_at=now)
         self._uncount(info)
-        steps: collections.Counter[int] = collections.Counter()
-        takeovers: collections.Counter[int] = collections.Counter()
         want = rows.wants_action
         # Python values for the loop: read_act and ObservationCheck checked them as columns.
-        start, reward = rows.start.tolist(), rows.reward.tolist()
-        terminated, truncated, wanted = rows.terminated.tolist(), rows.truncated.tolist(), want.tolist()
+        start, terminated, truncated, wanted = (rows.start.tolist(), rows.terminated.tolist(),
+                                                rows.truncated.tolist(), want.tolist())
         train = rows.train.tolist() if rows.train is not None else None
+        envs = info.envs
+        # The rows that complete a step of a trained episode: their episodes and the actions they reported on.
+        done_rows: list[int] = []
+        serials: list[int] = []
+        answers: list[_Answer] = []
+        answer_rows: list[int] = []
         for i, env_id in enumerate(rows.env):
-            env = info.envs.get(env_id)
+            env = envs.get(env_id)
             if env is not None and env.sent_at is not None:
                 env.sent_at = None
-                info.pending -= env.train
+                info.unreported -= 1
+                info.pending -= env.episode is not None
             if start[i]:
                 if env is None:
-                    env = info.envs[env_id] = _Env(EpisodeBuilder(max_chunk_steps=self._max_chunk_steps))
+                    env = envs[env_id] = _Env(None)
                     self._open += 1
-                env.builder.reset(obs[i])  # closes an open episode as truncated
-                env.train = train is None or train[i]
-                env.action = env.extra = None
+                elif env.episode is not None:  # a reset closes the open episode as truncated
+                    env.episode.ended = (False, True)
+                    env.closed.append(env.episode)
+                env.episode = self._new_episode(obs[i], now) if train is None or train[i] else None
+                env.answer = None
                 continue
             assert env is not None, "checked above"
-            if env.train:
-                env.builder.step_checked(env.action, reward[i], obs[i], terminated[i], truncated[i], env.extra,
-                                         env.takeover)
-                steps[env.weights_seq_no] += 1
-                takeovers[env.weights_seq_no] += env.takeover
-                self._note_steps(env.weights_seq_no, 1)
-            env.action = env.extra = None
-            env.takeover = False
+            episode = env.episode
+            if episode is not None:
+                assert env.answer is not None, "a row that is not a start row reports on an action sent"
+                done_rows.append(i)
+                serials.append(episode.serial)
+                answers.append(env.answer)
+                answer_rows.append(env.row)
+                if not wanted[i]:
+                    episode.ended, episode.ended_by_row = (terminated[i], truncated[i]), True
+            env.answer = None
             if not wanted[i]:
                 self._close(info, env_id)
+        steps, takeovers = self._log_steps(rows, obs, now, done_rows, serials, answers, answer_rows)
         want_env = [e for e, w in zip(rows.env, want) if w]
         want_obs = obs[want]
         info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
@@ -291,7 +352,7 @@ class ServedRecorder(Generic[K]):
                     info.waiting_takeover = rows.takeover[want]
         info.heard_at = info.waiting_since = now
         self._count(info)
-        return Recorded(dict(steps), want_env, want_obs, {seq: n for seq, n in takeovers.items() if n})
+        return Recorded(steps, want_env, want_obs, takeovers)
 
     def waiting_taken(self, client: K) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """Of ``client``'s rows waiting for actions, those it took itself (a mask) and their actions; or ``None``."""
@@ -316,17 +377,16 @@ class ServedRecorder(Generic[K]):
         envs, info.waiting, info.waiting_obs, info.waiting_taken = info.waiting, None, None, None
         info.waiting_takeover = None
         waited = now - info.waiting_since
-        for env in info.envs.values():
-            if env.sent_at is not None:
-                env.sent_at += waited  # the client could not report these while it waited for us
+        if info.unreported:
+            for env in info.envs.values():
+                if env.sent_at is not None:
+                    env.sent_at += waited  # the client could not report these while it waited for us
+        answer = _Answer(actions, extra, takeover, weights_seq_no)
         for j, env_id in enumerate(envs):
             env = info.envs[env_id]
-            env.action = actions[j]
-            env.extra = {name: values[j] for name, values in extra.items()}
-            env.weights_seq_no = weights_seq_no
-            env.takeover = takeover is not None and bool(takeover[j])
-            env.sent_at = now
-            info.pending += env.train
+            env.answer, env.row, env.sent_at = answer, j, now
+            info.pending += env.episode is not None
+        info.unreported += len(envs)
         info.heard_at = now
         self._count(info)
         return envs
@@ -334,11 +394,25 @@ class ServedRecorder(Generic[K]):
     # -- taking, closing, deadlines -------------------------------------------
 
     def take_chunks(self) -> Cut:
-        """Every chunk recorded since the last call; open episodes are cut and go on as new chunks."""
-        chunks, self._done = self._done, []
-        for info in self._clients.values():
-            for env in info.envs.values():
-                chunks.extend(env.builder.take_chunks())
+        """Every chunk recorded since the last call; open episodes are cut and go on as new chunks.
+
+        Episodes that ended come first, in the order they ended, then the
+        open ones, client by client and env by env; an episode that took no
+        step since the last call gives no chunk.
+        """
+        log, self._log = self._log, []
+        ended, self._ended = self._ended, []
+        envs = [env for info in self._clients.values() for env in info.envs.values()]
+        chunks: list[dict] = []
+        if log:
+            columns, spans = _sorted_by_episode(log)
+            running = (episode for env in envs for episode in (*env.closed, env.episode))
+            for episode in itertools.chain(ended, running):
+                span = spans.get(episode.serial) if episode is not None else None
+                if span is not None:
+                    chunks.extend(self._chunks(episode, columns, *span))
+        for env in envs:
+            env.closed.clear()
         cut = Cut(chunks, self._steps, self._oldest if self._oldest is not None else 0)
         self._steps, self._oldest = 0, None
         return cut
@@ -441,11 +515,123 @@ class ServedRecorder(Generic[K]):
             self._oldest = weights_seq_no
 
     def _close(self, info: _Client, env_id: int, *, truncate: bool = False) -> None:
-        """Forget an env, keeping its episode's chunks (ended, or closed now as truncated)."""
+        """Forget an env, keeping its episode's steps (ended, or closed now as truncated at its last step)."""
         env = info.envs.pop(env_id)
         if env.sent_at is not None:
-            info.pending -= env.train
-        if truncate:
-            env.builder.truncate()
-        self._done.extend(env.builder.take_chunks())
+            info.unreported -= 1
+            info.pending -= env.episode is not None
+        self._ended.extend(env.closed)
+        if env.episode is not None:
+            if truncate:
+                env.episode.ended = (False, True)
+            self._ended.append(env.episode)
         self._open -= 1
+
+    def _new_episode(self, obs: np.ndarray, now: float) -> _Episode:
+        self._serial += 1
+        return _Episode(self._serial, uuid.uuid4().hex, obs[None], now)
+
+    def _log_steps(self, rows: ActRows, obs: np.ndarray, now: float, done_rows: list[int], serials: list[int],
+                   answers: list[_Answer], answer_rows: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """Append the steps an ``ACT`` completed to the log as one block; count them by weights version.
+
+        Returns the steps and the take-overs among them, by weights version.
+        """
+        if not done_rows:
+            return {}, {}
+        first = answers[0]
+        if all(answer is first for answer in answers):
+            # The usual tick: every step reports on one ACTIONS (usually all of its rows, in order).
+            whole = answer_rows == list(range(len(first.actions)))
+            pick = slice(None) if whole else answer_rows
+            actions = first.actions[pick]
+            extra = {name: values[pick] for name, values in first.extra.items()}
+            takeover = None if first.takeover is None else first.takeover[pick]
+            steps = {first.weights_seq_no: len(done_rows)}
+        else:
+            actions = np.stack([a.actions[j] for a, j in zip(answers, answer_rows)])
+            extra = {name: np.stack([a.extra[name][j] for a, j in zip(answers, answer_rows)]) for name in first.extra}
+            takeover = None
+            if any(a.takeover is not None for a in answers):
+                takeover = np.array([a.takeover is not None and bool(a.takeover[j])
+                                     for a, j in zip(answers, answer_rows)])
+            steps = dict(collections.Counter(a.weights_seq_no for a in answers))
+        takeovers: dict[int, int] = {}
+        if takeover is not None and takeover.any():
+            for a, j in zip(answers, answer_rows):
+                if a.takeover is not None and a.takeover[j]:
+                    takeovers[a.weights_seq_no] = takeovers.get(a.weights_seq_no, 0) + 1
+        whole_act = len(done_rows) == len(rows)
+        pick = slice(None) if whole_act else done_rows
+        self._log.append(_Block(np.asarray(serials, np.int64), actions, extra, takeover,
+                                rows.reward[pick], obs[pick], now))
+        for seq_no, n in steps.items():
+            self._note_steps(seq_no, n)
+        return steps, takeovers
+
+    def _chunks(self, episode: _Episode, columns: "_Columns", begin: int, end: int) -> list[dict]:
+        """The chunks of ``episode``'s steps ``begin:end`` of the sorted log, at most ``max_chunk_steps`` each."""
+        size = self._max_chunk_steps or end - begin
+        chunks = []
+        for first in range(begin, end, size):
+            last = min(first + size, end)
+            # A closed episode's last chunk says so; but one closed after it filled a whole chunk
+            # leaves that chunk as cut (a local client's builder cuts it the moment it is full).
+            over = last == end and episode.ended is not None and (
+                episode.ended_by_row or self._max_chunk_steps is None or last - first < size)
+            terminated, truncated = episode.ended if over else (False, False)
+            extra = {name: values[first:last] for name, values in columns.extra.items()}
+            if columns.takeover is not None and columns.takeover[first:last].any():
+                extra[TAKEOVER] = columns.takeover[first:last]
+            step_time = float(columns.time[last - 1])
+            chunks.append(build_episode_state(
+                episode.id,
+                np.concatenate([episode.first_obs, columns.obs[first:last]]),
+                columns.actions[first:last],
+                columns.reward[first:last],
+                extra_model_outputs=extra or None,
+                terminated=terminated,
+                truncated=truncated,
+                t_started=episode.t_started,
+                start_time=episode.start_time,
+                last_step_time=step_time,
+            ))
+            episode.t_started += last - first
+            episode.start_time = step_time
+            episode.first_obs = columns.obs[last - 1:last]
+        return chunks
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The log's steps, sorted by episode (and in order within one)."""
+
+    actions: np.ndarray
+    extra: dict
+    takeover: Optional[np.ndarray]
+    reward: np.ndarray
+    obs: np.ndarray
+    time: np.ndarray
+
+
+def _sorted_by_episode(log: list[_Block]) -> tuple[_Columns, dict[int, tuple[int, int]]]:
+    """The log's columns sorted by episode, and each episode's span in them (serial -> (begin, end))."""
+    serial = np.concatenate([block.serial for block in log])
+    order = np.argsort(serial, kind="stable")
+    takeover = None
+    if any(block.takeover is not None for block in log):
+        takeover = np.concatenate([block.takeover if block.takeover is not None
+                                   else np.zeros(len(block.serial), np.bool_) for block in log])[order]
+    columns = _Columns(
+        actions=np.concatenate([block.actions for block in log])[order],
+        extra={name: np.concatenate([block.extra[name] for block in log])[order] for name in log[0].extra},
+        takeover=takeover,
+        reward=np.concatenate([block.reward for block in log]).astype(REWARD_DTYPE, copy=False)[order],
+        obs=np.concatenate([block.obs for block in log])[order],
+        time=np.repeat([block.time for block in log], [len(block.serial) for block in log])[order],
+    )
+    serial = serial[order]
+    bounds = np.flatnonzero(serial[1:] != serial[:-1]) + 1
+    begins = np.concatenate([[0], bounds]).tolist()
+    ends = np.concatenate([bounds, [len(serial)]]).tolist()
+    return columns, dict(zip(serial[begins].tolist(), zip(begins, ends)))
