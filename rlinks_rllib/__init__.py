@@ -7,7 +7,7 @@ reached as ``from rlinks_rllib import RLinkEnvRunner``, imported on first use.
 
 from ._version import __version__
 
-__all__ = ["RLinkEnvRunner", "RLinkReceipts", "RLinkShares", "rlinks_env_config", "__version__"]
+__all__ = ["RLinkEnvRunner", "RLinkReceipts", "RLinkShares", "RLinkReplaySafe", "rlinks_env_config", "__version__"]
 
 
 def __getattr__(name: str):
@@ -23,6 +23,10 @@ def __getattr__(name: str):
         from .server.shares import RLinkShares
 
         return RLinkShares
+    if name == "RLinkReplaySafe":
+        from .training.replay import RLinkReplaySafe
+
+        return RLinkReplaySafe
     if name == "rlinks_env_config":
         from .server.settings import rlinks_env_config
 
