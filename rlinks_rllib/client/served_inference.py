@@ -49,10 +49,13 @@ class _Rows:
         self.truncated.append(bool(truncated))
 
     def columns(self) -> tuple:
-        structured = isinstance(self.obs[0], (Mapping, tuple))
-        obs = self.obs if structured else stack_rows(self.obs)
-        return (self.env, obs, np.asarray(self.reward, np.float64), np.asarray(self.start, bool),
+        return (self.env, _stacked(self.obs), np.asarray(self.reward, np.float64), np.asarray(self.start, bool),
                 np.asarray(self.terminated, bool), np.asarray(self.truncated, bool))
+
+
+def _stacked(obs: list[Any]) -> Any:
+    """The rows' observations as the ``ACT``'s column: one array, or the rows as they are for Dict/Tuple spaces."""
+    return obs if isinstance(obs[0], (Mapping, tuple)) else stack_rows(obs)
 
 
 class ServedInference:
@@ -109,26 +112,26 @@ class ServedInference:
                 (NotAgreed for ``taken`` or an untrained episode when the runner does not speak ``served_taken``).
         """
         # Nothing changes here until the runner answered: a refused call leaves the rows for the next one.
-        endings = self._endings
-        call = _Rows(*(list(column) for column in (endings.env, endings.obs, endings.reward, endings.start,
-                                                   endings.terminated, endings.truncated)))
-        for env, obs in zip(envs, rows):
-            outcome = self._outcome.get(env)
-            if outcome is None:
-                call.add(env, obs, start=True)
-            else:
-                call.add(env, obs, outcome[0])
-        endings = len(endings.env)
+        # The endings first, then a row per env: a start row, or its reported reward with the observation.
+        ending = self._endings
+        outcomes = [self._outcome.get(env) for env in envs]
+        stepping = [False] * len(envs)
+        env_column = ending.env + list(envs)
+        columns = (env_column, _stacked(ending.obs + list(rows)),
+                   np.array(ending.reward + [0.0 if o is None else o[0] for o in outcomes], np.float64),
+                   np.array(ending.start + [o is None for o in outcomes], bool),
+                   np.array(ending.terminated + stepping, bool), np.array(ending.truncated + stepping, bool))
+        endings = len(ending.env)
         own: dict[str, Any] = {}
         if taken is not None:
             actions = [np.asarray(a) for a in taken]
-            own["taken_mask"] = np.arange(len(call.env)) >= endings
+            own["taken_mask"] = np.arange(len(env_column)) >= endings
             own["taken"] = np.stack([np.zeros_like(actions[0])] * endings + actions)
             if takeover:
                 own["takeover"] = own["taken_mask"]
         if self._untrained:
-            own["train"] = np.array([env not in self._untrained for env in call.env])
-        reply = self._client.call(self._client.raw.act, *call.columns(), **own)
+            own["train"] = np.array([env not in self._untrained for env in env_column])
+        reply = self._client.call(self._client.raw.act, *columns, **own)
         self._endings = _Rows()
         for env in envs:
             self._outcome.pop(env, None)
