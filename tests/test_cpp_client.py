@@ -998,11 +998,17 @@ def test_served_log_action_take_over_and_untrained_episodes_go_as_their_columns(
 
 
 def test_served_log_action_needs_a_runner_that_records_the_simulators_actions(cpp):
-    with ServedPeer() as peer:  # served_actions without served_taken
-        _, lines = scenario_of(cpp, peer.address, "taken", "served")
-    assert lines[-1].startswith("not agreed: ") and "did not agree to served_taken" in lines[-1], lines
-    assert "run the policy locally to log your own actions" in lines[-1]
-    assert peer.acts == [] and peer.violations == []  # nothing the runner would refuse was sent
+    """Training off, log_action and take_over, each refused before anything is sent; the loop goes on."""
+    with ServedPeer() as peer:  # served_actions without served_taken or takeover
+        _, lines = scenario_of(cpp, peer.address, "served_only", "served")
+    assert lines[-1] == "done", lines
+    refusals = [line for line in lines if line.startswith("not agreed: ")]
+    assert len(refusals) == 3 and "did not agree to takeover" in refusals[2], lines
+    assert all("did not agree to served_taken" in line and "run the policy locally to log your own actions" in line
+               for line in refusals[:2])
+    assert peer.violations == [] and len(peer.acts) == 2  # the policy's actions, then close's ending rows
+    rows = peer.acts[0][1]
+    assert rows.env == [0, 1] and rows.start.all() and rows.taken_mask is None and rows.train is None
 
 
 def test_the_cartpole_teachers_steps_go_as_take_overs(cpp):

@@ -163,9 +163,7 @@ void EnvClient::take_over(uint32_t env, Floats obs, const Action& action) {
 
 void EnvClient::take_over(const std::vector<uint32_t>& envs, Floats obs, const std::vector<Action>& actions) {
   ready();
-  shared_->peek([](Client& client) {
-    if (!client.agreed(extension::takeover)) throw client.not_agreed(extension::takeover);
-  });
+  require_agreed(extension::takeover);
   act_on("take_over", envs, obs, &actions, true);
   for (uint32_t env : envs) taking_over_[env] = true;
 }
@@ -174,6 +172,7 @@ std::vector<Action> EnvClient::act_on(const char* call, const std::vector<uint32
                                       const std::vector<Action>* taken, bool takeover) {
   Engine& engine = ready();
   check_rows(call, envs, obs);
+  if (taken != nullptr && mode_ == Inference::served) require_agreed(extension::served_taken);
   if (taken != nullptr && taken->size() != envs.size()) {
     throw UsageError(std::string(call) + "(): " + std::to_string(taken->size()) + " action(s) for " +
                      std::to_string(envs.size()) + " env(s)");
@@ -252,6 +251,12 @@ void EnvClient::report(const std::vector<uint32_t>& envs, const std::vector<doub
   guarded([&] { engine.after_report(); });
 }
 
+void EnvClient::require_agreed(std::string_view extension) const {
+  shared_->peek([&](Client& client) {
+    if (!client.agreed(extension)) throw client.not_agreed(extension);
+  });
+}
+
 void EnvClient::require_one_env(const char* call, const char* instead) const {
   if (options_.num_envs != 1) {
     throw UsageError(std::string(call) + " is for one env; with num_envs=" + std::to_string(options_.num_envs) +
@@ -264,6 +269,7 @@ void EnvClient::start_episode(Floats obs, bool train) { start_episode(0, obs, tr
 void EnvClient::start_episode(uint32_t env, Floats obs, bool train) {
   Engine& engine = ready();
   check_rows("start_episode", {env}, obs);
+  if (!train && mode_ == Inference::served) require_agreed(extension::served_taken);
   if (engine.is_open(env)) finish_episode(env);
   engine.start(env, obs.data(), train);
   episode_return_[env] = 0.0;

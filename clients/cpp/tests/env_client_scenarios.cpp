@@ -2,7 +2,7 @@
 // spaces but for taken_box): the caller's mistakes and what each error says, explicit episode starts and
 // ends, actions the simulator takes itself (log_action, take_over) and episodes not trained on.
 //
-// Usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box [served]
+// Usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box|served_only [served]
 // Prints one "error: MESSAGE" line per refused call, then "done"; exits 1 on an unexpected outcome, 3
 // (after a "not agreed: MESSAGE" line) when the runner did not agree to what a call needs.
 
@@ -69,6 +69,28 @@ void episodes(rlinks::EnvClient& client) {
   std::cout << "episodes=" << stats.episodes << " mean_return=" << stats.mean_return << std::endl;
 }
 
+// Runs a call that must throw NotAgreed, and prints what it says.
+void not_agreed(const std::function<void()>& call) {
+  try {
+    call();
+    std::cout << "accepted (expected NotAgreed)" << std::endl;
+    all_refused = false;
+  } catch (const rlinks::NotAgreed& error) {
+    std::cout << "not agreed: " << error.what() << std::endl;
+  }
+}
+
+// Served, by a runner that records only the actions it computes: each call that needs more is refused,
+// changing nothing: the client goes on with the policy's actions.
+void served_only(rlinks::EnvClient& client) {
+  using rlinks::Action;
+  not_agreed([&] { client.start_episode(1, kObsA, false); });
+  not_agreed([&] { client.log_action(0, kObsA, Action::of_index(1)); });
+  not_agreed([&] { client.take_over(0, kObsA, Action::of_index(1)); });
+  client.act({0, 1}, std::vector<float>(8, 0.0f));
+  client.report({0, 1}, {1.0, 1.0}, std::vector<float>(8, 0.5f), {false, false}, {false, false});
+}
+
 // Env 1 plays an episode that is never trained on; env 0 logs an action of its own, takes over once and
 // lets the policy act, ending its episode (1 of 3 steps taken over), then goes on with the policy until the
 // runner's share is sent (local) or for 10 more steps (served).
@@ -127,7 +149,7 @@ void taken_box(rlinks::EnvClient& client) {
 
 int main(int argc, char** argv) {
   if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "served")) {
-    std::cerr << "usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box [served]\n";
+    std::cerr << "usage: env_client_scenarios ADDRESS misuse|episodes|taken|taken_box|served_only [served]\n";
     return 2;
   }
   const std::string scenario = argv[2];
@@ -145,6 +167,8 @@ int main(int argc, char** argv) {
       episodes(client);
     } else if (scenario == "taken") {
       taken(client);
+    } else if (scenario == "served_only") {
+      served_only(client);
     } else if (scenario == "taken_box") {
       taken_box(client);
     } else {

@@ -176,7 +176,8 @@ class EnvClient {
   // Starts a new episode at `obs` (a running one ends as truncated); optional before act().
   // `train` false (RLlib's old training_enabled=False): the episode is played
   // with the policy and never trained on (an evaluation, a demo): nothing of
-  // it is sent, or served, recorded by the runner.
+  // it is sent, or served, recorded by the runner (NotAgreed, and nothing
+  // changed, from a served runner that does not speak served_taken).
   void start_episode(Floats obs, bool train = true);
   void start_episode(uint32_t env, Floats obs, bool train = true);
   // Ends the running episode where it stands (truncated), e.g. when the game is abandoned.
@@ -220,6 +221,8 @@ class EnvClient {
   void close(bool flush);
   // UsageError unless num_envs is 1: `call` is a one-env form, `instead` says which to call.
   void require_one_env(const char* call, const char* instead) const;
+  // NotAgreed (saying what to do instead) unless the runner agreed to `extension`.
+  void require_agreed(std::string_view extension) const;
   void check_envs(const char* call, const std::vector<uint32_t>& envs) const;
   void check_rows(const char* call, const std::vector<uint32_t>& envs, Floats rows) const;
   void finish_episode(uint32_t env);
