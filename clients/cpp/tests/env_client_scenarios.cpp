@@ -21,16 +21,20 @@ const std::vector<float> kObsA{0.01f, 0.02f, 0.03f, 0.04f}, kObsB{0.1f, 0.2f, 0.
 
 bool all_refused = true;
 
-// Runs a call that must throw UsageError, and prints what it says.
-void refused(const std::function<void()>& call) {
+// Runs a call that must throw `Refusal`, and prints "LABEL: MESSAGE".
+template <class Refusal>
+void expect(const char* label, const std::function<void()>& call) {
   try {
     call();
-    std::cout << "accepted (expected a UsageError)" << std::endl;
+    std::cout << "accepted (expected " << label << ")" << std::endl;
     all_refused = false;
-  } catch (const rlinks::UsageError& error) {
-    std::cout << "error: " << error.what() << std::endl;
+  } catch (const Refusal& error) {
+    std::cout << label << ": " << error.what() << std::endl;
   }
 }
+
+void refused(const std::function<void()>& call) { expect<rlinks::UsageError>("error", call); }
+void not_agreed(const std::function<void()>& call) { expect<rlinks::NotAgreed>("not agreed", call); }
 
 void misuse(rlinks::EnvClient& client) {
   refused([&] { client.act(kObsA); });  // one-env call with two envs
@@ -67,17 +71,6 @@ void episodes(rlinks::EnvClient& client) {
   }
   const rlinks::EnvClientStats stats = client.stats();
   std::cout << "episodes=" << stats.episodes << " mean_return=" << stats.mean_return << std::endl;
-}
-
-// Runs a call that must throw NotAgreed, and prints what it says.
-void not_agreed(const std::function<void()>& call) {
-  try {
-    call();
-    std::cout << "accepted (expected NotAgreed)" << std::endl;
-    all_refused = false;
-  } catch (const rlinks::NotAgreed& error) {
-    std::cout << "not agreed: " << error.what() << std::endl;
-  }
 }
 
 // Served, by a runner that records only the actions it computes: each call that needs more is refused,
