@@ -1320,3 +1320,29 @@ def test_invalid_vector(name, role):
     assert all(isinstance(e, HandshakeDone) for e in got)
     assert sent_types(wire(conn)) == ["PONG"] * len(got) * (role is not Role.CLIENT)
     assert_closed_for_good(conn)
+
+
+def test_timestep_goes_with_set_state_exactly_when_agreed():
+    """``timestep`` (PROTOCOL.md 10.9): RLlib's step count, for a client's exploration schedule."""
+    with_timestep = [*EXT, "timestep"]
+    c, s = connect(client(extensions=with_timestep), server(extensions=with_timestep))
+    c.send_get_state()
+    pump(c, s)
+    events(s)
+    with pytest.raises(LocalProtocolError):
+        s.send_state(STATE_BODY, want_steps=8)  # agreed, so it must be there
+    s.send_state(STATE_BODY, want_steps=8, timestep=12_345)
+    pump(s, c)
+    [weights] = events(c)
+    assert weights.timestep == 12_345 and weights.want_steps == 8
+
+    c, s = connect(client(extensions=with_timestep), server())  # a server that did not agree
+    c.send_get_state()
+    pump(c, s)
+    events(s)
+    with pytest.raises(LocalProtocolError):
+        s.send_state(STATE_BODY, want_steps=8, timestep=1)
+    s.send_state(STATE_BODY, want_steps=8)
+    pump(s, c)
+    [weights] = events(c)
+    assert weights.timestep is None

@@ -281,7 +281,7 @@ def test_minimal_offer():
 
 def test_extension_names():
     assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "served_taken",
-                                             "policy_graph", "multi_agent", "takeover"}
+                                             "policy_graph", "multi_agent", "takeover", "timestep"}
 
 
 @pytest.mark.parametrize(

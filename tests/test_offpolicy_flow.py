@@ -188,7 +188,7 @@ def test_the_learner_config_adds_the_callback():
 # --- the runner, with a client that sends faster than RLlib takes ---------------------------
 
 
-def _dqn_runner(**env_config):
+def _dqn_runner(epsilon=None, **env_config):
     from ray.rllib.algorithms.dqn import DQNConfig
 
     from harness import CARTPOLE
@@ -198,7 +198,33 @@ def _dqn_runner(**env_config):
         observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
         env_config={"port": 0, **env_config},
     ).env_runners(num_env_runners=0, rollout_fragment_length=5, sample_timeout_s=2.0)
+    if epsilon is not None:
+        config.training(epsilon=epsilon)
     return RLinkEnvRunner(config=config, worker_index=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_local_dqn_client_explores_along_the_schedule_at_rllibs_step_count(ray_local):
+    """The ``timestep`` extension: new weights bring RLlib's step count, and QPolicy's epsilon follows it."""
+    from ray.rllib.core import COMPONENT_RL_MODULE
+    from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+    from rlinks_rllib.client import EnvClient
+
+    runner = _dqn_runner(epsilon=[[0, 1.0], [100, 0.1]])
+    try:
+        errors, thread = _send_batches("127.0.0.1:%d" % runner.address[1], batches=4, steps=10)
+        _sample_until(runner, thread, 40)
+        assert not errors, errors
+        with EnvClient("127.0.0.1:%d" % runner.address[1], on_policy=False) as env:
+            env.act(np.zeros(4, np.float32))
+            assert env.policy.epsilon == 1.0  # no new weights yet: the schedule's start
+            runner.set_state({COMPONENT_RL_MODULE: runner.module.get_state(), WEIGHTS_SEQ_NO: 1})
+            env.refresh_weights()
+            steps = runner.num_env_steps_sampled_lifetime
+            assert steps >= 30 and env.policy.epsilon == pytest.approx(1.0 - 0.9 * min(steps, 100) / 100)
+    finally:
+        runner.stop()
 
 
 def _send_batches(address: str, batches: int, steps: int) -> tuple[list, object]:

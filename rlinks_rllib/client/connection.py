@@ -125,7 +125,7 @@ __all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAU
 #: ``served_actions`` costs nothing: a runner that can't serve does not agree.
 DEFAULT_EXTENSIONS = (
     Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value, Extension.SERVED_ACTIONS.value,
-    Extension.SERVED_TAKEN.value, Extension.TAKEOVER.value,
+    Extension.SERVED_TAKEN.value, Extension.TAKEOVER.value, Extension.TIMESTEP.value,
 )
 
 _ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
@@ -144,11 +144,14 @@ class WeightsUpdate:
         seq_no: the learner's ``weights_seq_no``; 0 means "no number yet".
         want_steps: env steps the server wants before the next on-policy
             batch (``want_steps`` extension); ``None`` when not negotiated.
+        timestep: RLlib's env steps sampled when these weights came
+            (``timestep`` extension, off-policy runners); ``None`` otherwise.
     """
 
     params: dict[str, np.ndarray]
     seq_no: int
     want_steps: Optional[int] = None
+    timestep: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -1181,7 +1184,8 @@ def _take(obs: Any, rows: list[int]) -> Any:
 
 
 def _weights(event: StateReceived) -> WeightsUpdate:
-    return WeightsUpdate(params=event.params, seq_no=event.seq_no, want_steps=event.want_steps)
+    return WeightsUpdate(params=event.params, seq_no=event.seq_no, want_steps=event.want_steps,
+                         timestep=event.timestep)
 
 
 def _unsafe_unpickle_config(raw: bytes) -> Any:

@@ -75,6 +75,7 @@ class LocalInference:
             self.policy = PolicySet(multi_agent, update.params, fcnet_activation=activation, rng=rng,
                                     ask=lambda agents: client.call(client.raw.get_modules, agents))
         self.stateful = bool(getattr(self.policy, "stateful", False))
+        self._follow_timestep(update)
         self._want = self._wanted(update)
         self._recorders: dict[int, EpisodeBuilder | MultiAgentEpisodeBuilder] = {}
         #: The output each env acted with and has not reported the outcome of yet.
@@ -270,6 +271,13 @@ class LocalInference:
     def _take_weights(self, update: WeightsUpdate) -> None:
         self.policy.set_params(update.params)
         self.weights_seq_no = update.seq_no
+        self._follow_timestep(update)
+
+    def _follow_timestep(self, update: WeightsUpdate) -> None:
+        """An exploration schedule (DQN's epsilon) moves to RLlib's step count, where the runner says it."""
+        set_timestep = getattr(self.policy, "set_timestep", None)
+        if update.timestep is not None and set_timestep is not None:
+            set_timestep(update.timestep)
 
     def _wanted(self, update: WeightsUpdate) -> int:
         return self.fragment if update.want_steps is None else update.want_steps

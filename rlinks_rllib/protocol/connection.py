@@ -241,11 +241,13 @@ class StateReceived:
             with ``multi_agent`` agreed, module id -> such a map, for every module.
         seq_no: the learner's ``weights_seq_no``.
         want_steps: env steps the server wants next (``want_steps`` agreed), else ``None``.
+        timestep: RLlib's env steps sampled when these weights came (``timestep`` agreed), else ``None``.
     """
 
     params: dict
     seq_no: int
     want_steps: Optional[int]
+    timestep: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -711,25 +713,35 @@ class Connection:
         self._reply(MessageType.SET_CONFIG)
         self._out.frame([frame])
 
-    def send_state(self, state_body: bytes, *, want_steps: Optional[int] = None) -> None:
+    def send_state(self, state_body: bytes, *, want_steps: Optional[int] = None,
+                   timestep: Optional[int] = None) -> None:
         """(server) Answer ``GET_STATE`` or an on-policy batch with weights packed once per update.
 
         Args:
             state_body: the packed weight set (``framing.encode_body_once``).
             want_steps: env steps wanted next; required exactly when
                 ``want_steps`` was agreed.
+            timestep: RLlib's env steps sampled so far; required exactly
+                when ``timestep`` was agreed.
 
         Raises:
             LocalProtocolError: no request for weights is unanswered (or an earlier request is), or
-                ``want_steps`` given to a client that did not agree to it (or missing).
+                ``want_steps`` or ``timestep`` given to a client that did not agree to it (or missing).
         """
         if self.speaks(Extension.WANT_STEPS) != (want_steps is not None):
             raise LocalProtocolError(
                 "want_steps goes with SET_STATE exactly when the client agreed to it "
                 f"(agreed: {self.speaks(Extension.WANT_STEPS)}, given: {want_steps})"
             )
+        if self.speaks(Extension.TIMESTEP) != (timestep is not None):
+            raise LocalProtocolError(
+                "timestep goes with SET_STATE exactly when the client agreed to it "
+                f"(agreed: {self.speaks(Extension.TIMESTEP)}, given: {timestep})"
+            )
         self._reply(MessageType.SET_STATE)
         fields = {} if want_steps is None else {"want_steps": want_steps}
+        if timestep is not None:
+            fields["timestep"] = timestep
         self._out.frame(encode_set_state_parts(state_body, **fields))
         if self.state is State.AWAITING_WEIGHTS and MessageType.SET_STATE not in self._owed:
             self.state = State.READY
@@ -859,7 +871,8 @@ class Connection:
             else:
                 params, seq_no = read_state(message["state"])
             want = message.get("want_steps") if self.speaks(Extension.WANT_STEPS) else None
-            return StateReceived(params, seq_no, want)
+            timestep = message.get("timestep") if self.speaks(Extension.TIMESTEP) else None
+            return StateReceived(params, seq_no, want, timestep)
         if kind is MessageType.ACTIONS:
             self.state = State.READY
             env, actions = read_actions(message, self._act_envs)

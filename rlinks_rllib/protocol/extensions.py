@@ -66,6 +66,10 @@ class Extension(str, enum.Enum):
     #: are marked (the chunk's ``rlinks_takeover`` output, the ``ACT`` column
     #: ``takeover``): trained on off-policy, kept out of on-policy updates, counted.
     TAKEOVER = "takeover"
+    #: SET_STATE carries ``timestep``: RLlib's count of env steps sampled
+    #: when those weights came, which exploration schedules follow (DQN's
+    #: epsilon) in a client that runs the policy itself.
+    TIMESTEP = "timestep"
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},
     MessageType.PONG: {"rlinks": (dict,)},
     MessageType.SET_CONFIG: {"rlinks_config": (dict,)},
-    MessageType.SET_STATE: {"want_steps": (int,)},
+    MessageType.SET_STATE: {"want_steps": (int,), "timestep": (int,)},
     MessageType.EPISODES: {"timesteps": (int,), "seq": (int,)},
     MessageType.EPISODES_AND_GET_STATE: {"timesteps": (int,), "seq": (int,)},
     MessageType.ACT: {"taken_mask": (np.ndarray, list), "taken": (np.ndarray, list), "train": (np.ndarray, list)},

@@ -487,11 +487,15 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                             "the clients", self.worker_index, share, self._pacer.update_steps)
             self._pacer.new_weights(seq_no, update_steps=share)
             if self.server is not None:
-                self.server.publish_weights(params, seq_no, update_steps=share)
+                self.server.publish_weights(params, seq_no, update_steps=share, timestep=self._timestep())
         elif self.server is not None:
             self.server.replace_weights(params, self._weights_seq_no)
 
     # -- helpers ------------------------------------------------------------------
+
+    def _timestep(self) -> int:
+        """RLlib's env steps sampled by all runners, as SingleAgentEnvRunner estimates it (exploration schedules)."""
+        return self.num_env_steps_sampled_lifetime * max(1, int(self.config.num_env_runners or 0))
 
     def _served_policy(self) -> Optional[ServedPolicy]:
         """How this runner computes served actions; ``None`` when it can't (or the setting is off)."""
@@ -499,11 +503,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             return None  # served actions are single-agent only
         obs_space, action_space = self.config.observation_space, self.config.action_space
         normalize, clip = bool(self.config.normalize_actions), bool(self.config.clip_actions)
-        runners = max(1, int(self.config.num_env_runners or 0))
-
-        def timestep() -> int:  # as SingleAgentEnvRunner estimates the global step count
-            return self.num_env_steps_sampled_lifetime * runners
-
+        timestep = self._timestep
         # RLlib's default MLP (DQN's too) runs in numpy, on the loop thread, as the runner's own clients
         # would run it; any other module in torch, on a thread of its own.
         reason = served_actions_unsupported(obs_space, action_space, self.module, probe=False)

@@ -225,6 +225,11 @@ class RLinkServer:
         else:
             # Single-agent ingests read the take-over marker (EpisodeIngest, takeover.py).
             self.extensions |= {Extension.TAKEOVER.value}
+        if not on_policy:
+            # Exploration schedules (DQN's epsilon) follow RLlib's step count in clients that run the policy.
+            self.extensions |= {Extension.TIMESTEP.value}
+        #: RLlib's env steps sampled when the weights served now came (the ``timestep`` extension).
+        self._timestep = 0
         self._modules_for = modules_for
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
@@ -593,7 +598,7 @@ class RLinkServer:
     def _send_weights(self, session: Session, want_steps: Optional[int]) -> None:
         if self._state_body is None:
             raise IngestError("this runner has no weights yet", code=ErrorCode.SERVER_ERROR)
-        session.send_weights(self._state_body, self.scheduler.weights_seq_no, want_steps)
+        session.send_weights(self._state_body, self.scheduler.weights_seq_no, want_steps, self._timestep)
 
     def _release(self, releases: list[Release[Session]]) -> None:
         """Carry out the scheduler's word: answer these clients with the current weights (or their actions)."""
@@ -695,11 +700,15 @@ class RLinkServer:
 
     # -- from RLlib's thread -----------------------------------------------------
 
-    def publish_weights(self, params: Any, seq_no: int, update_steps: Optional[int] = None) -> None:
+    def publish_weights(self, params: Any, seq_no: int, update_steps: Optional[int] = None,
+                        timestep: Optional[int] = None) -> None:
         """New weights from the learner: pack them once, send them to whoever waits.
 
         ``update_steps``: what the update they start (and the next) takes from this runner, if no longer the same.
+        ``timestep``: RLlib's env steps sampled so far, for clients that speak ``timestep``.
         """
+        if timestep is not None:
+            self._timestep = timestep  # an int, read by the loop thread as a whole
         state_body = encode_body_once({"rl_module": params, "weights_seq_no": seq_no})
         self._loop.call_soon_threadsafe(self._on_new_weights, state_body, seq_no, update_steps)
 

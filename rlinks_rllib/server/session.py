@@ -196,17 +196,20 @@ class Session(asyncio.BufferedProtocol):
         """Whether the client agreed to ``extension``."""
         return self.conn.speaks(extension)
 
-    def send_weights(self, state_body: bytes, seq_no: int, want_steps: Optional[int]) -> None:
+    def send_weights(self, state_body: bytes, seq_no: int, want_steps: Optional[int],
+                     timestep: Optional[int] = None) -> None:
         """Answer the client's request for weights (``GET_STATE`` or an on-policy batch).
 
         Args:
             state_body: the packed weight set (shared by every client; not copied).
             seq_no: its version, which the client's next batch is sampled with.
             want_steps: env steps to ask for; exactly when the client speaks ``want_steps``.
+            timestep: RLlib's env steps sampled so far; sent only to a client that speaks ``timestep``.
         """
         if self._closed or self.conn.state is State.CLOSED:
             return
-        self.conn.send_state(state_body, want_steps=want_steps)
+        self.conn.send_state(state_body, want_steps=want_steps,
+                             timestep=timestep if self.speaks(Extension.TIMESTEP) else None)
         self.weights_seq_no = seq_no
         self._watch()  # READY again: the idle deadline runs
         self._flush()

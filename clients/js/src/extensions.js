@@ -27,6 +27,8 @@ export const Extension = Object.freeze({
   MULTI_AGENT: "multi_agent",
   /** Taken-over steps are marked (not used by this client yet). */
   TAKEOVER: "takeover",
+  /** SET_STATE carries RLlib's step count, for exploration schedules (not used by this client yet). */
+  TIMESTEP: "timestep",
 });
 
 const MAX_NAMES = 64;
