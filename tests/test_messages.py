@@ -74,6 +74,7 @@ FULL = {
     MessageType.ACTIONS: {"type": "ACTIONS", "env": [0, 1], "actions": np.array([1, 0]), "weights_seq_no": 2},
     MessageType.GET_MODULES: {"type": "GET_MODULES", "agents": ["seeker_0", "signal_1"]},
     MessageType.MODULES: {"type": "MODULES", "modules": {"seeker_0": "seeker", "signal_1": "signal"}},
+    MessageType.SAMPLES: {"type": "SAMPLES", "samples": [{"index": 0, "reward": 1.5}], "seq": 1},
 }
 CURRENT = [t for t in MessageType if t not in OLD_API_TYPES]
 
@@ -89,7 +90,7 @@ def test_names_match_rllibs_enum():
     rllib = {m.value for m in RLlink if isinstance(m.value, str)}
     ours = {t.value for t in MessageType}
     assert ours - rllib == {"ERROR", "ACK", "AUTH", "AUTH_OK", "GET_ENDPOINTS", "ENDPOINTS", "ACT", "ACTIONS",
-                            "GET_MODULES", "MODULES"}
+                            "GET_MODULES", "MODULES", "SAMPLES"}
     assert rllib <= ours
 
 
@@ -281,7 +282,7 @@ def test_minimal_offer():
 
 def test_extension_names():
     assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "served_taken",
-                                             "policy_graph", "multi_agent", "takeover", "timestep"}
+                                             "policy_graph", "multi_agent", "takeover", "timestep", "samples"}
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,7 @@ export declare const MessageType: Readonly<{
   GET_ACTION: "GET_ACTION"; LOG_ACTION: "LOG_ACTION"; LOG_RETURNS: "LOG_RETURNS"; END_EPISODE: "END_EPISODE";
   ERROR: "ERROR"; ACK: "ACK"; AUTH: "AUTH"; AUTH_OK: "AUTH_OK"; GET_ENDPOINTS: "GET_ENDPOINTS";
   ENDPOINTS: "ENDPOINTS"; ACT: "ACT"; ACTIONS: "ACTIONS"; GET_MODULES: "GET_MODULES"; MODULES: "MODULES";
+  SAMPLES: "SAMPLES";
 }>;
 export type MessageTypeName = (typeof MessageType)[keyof typeof MessageType];
 export declare const OLD_API_TYPES: ReadonlySet<string>;

@@ -253,6 +253,8 @@ class _Job:
     timesteps: int
     on_policy: bool
     queued_on: int
+    #: A ``SAMPLES`` message (``states`` holds the samples), not episodes.
+    samples: bool = False
 
 
 class RLinkClient:
@@ -605,6 +607,30 @@ class RLinkClient:
         self._run("send_episodes", lambda: self._deliver(job))
         return job.batch.seq
 
+    def send_samples(self, samples: Iterable[Mapping[str, Any]]) -> Optional[int]:
+        """Send plain samples, dicts of arrays (``SAMPLES``, the ``samples`` extension); returns its ``seq``.
+
+        Delivered like :meth:`send_episodes`: numbered, kept until the
+        consumer has taken them (``ACK``), resent after a reconnect (reliable
+        mode). Waits (bounded by ``timeout``) while ``max_unacked`` messages
+        are unacknowledged: a slow consumer slows the sender, nothing is dropped.
+
+        Raises:
+            NotAgreed: the server did not agree to ``samples`` (RLlib's runners don't).
+            ValueError: a sample is malformed (``protocol.samples.SampleError``).
+            FrameTooLarge: the samples don't fit one frame; send fewer at once.
+            ConnectFailed, ConnectionLost, ServerTimeout, ServerError,
+            ProtocolViolation, ClientClosed.
+        """
+        states = list(samples)
+        self._run("send_samples", self._make_room)
+        if Extension.SAMPLES.value not in self._require_handshake().extensions:
+            raise self._not_agreed(Extension.SAMPLES)
+        batch = self._live().conn.send_samples(states, keep_for_resend=self.reliable)
+        job = _Job(batch, states, 0, False, queued_on=self._generation, samples=True)
+        self._run("send_samples", lambda: self._deliver(job))
+        return job.batch.seq
+
     def send_episodes_and_get_state(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> WeightsUpdate:
         """Send an on-policy batch and wait for the weights trained on it.
 
@@ -835,10 +861,13 @@ class RLinkClient:
                 link.conn.send_episodes([], steps=0, timesteps=0, on_policy=True, numbered=False)
                 link.write(f"{batch.kind.value} (empty)")
                 return
-            job.batch = link.conn.send_episodes(
-                job.states, steps=batch.steps, timesteps=job.timesteps, on_policy=job.on_policy,
-                keep_for_resend=self.reliable,
-            )
+            if job.samples:
+                job.batch = link.conn.send_samples(job.states, keep_for_resend=self.reliable)
+            else:
+                job.batch = link.conn.send_episodes(
+                    job.states, steps=batch.steps, timesteps=job.timesteps, on_policy=job.on_policy,
+                    keep_for_resend=self.reliable,
+                )
             job.batch.sends = batch.sends
             job.queued_on = self._generation
         link.write(job.batch.kind.value)

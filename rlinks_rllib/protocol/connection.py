@@ -73,6 +73,7 @@ from .messages import error as error_message
 from .messages import ack as ack_message
 from .messages import ping as ping_message
 from .messages import pong as pong_message
+from .samples import read_samples
 from .served import ActRows, act_message, actions_message, read_act, read_actions
 from .multi_agent import check_agent_ids, read_module_states, read_modules
 from .weights import read_state
@@ -98,6 +99,7 @@ __all__ = [
     "EndpointsReceived",
     "ActReceived",
     "ActionsReceived",
+    "SamplesReceived",
     "DIRECTORY_ROLE",
     "MAX_CLIENT_ID_CHARS",
 ]
@@ -287,10 +289,25 @@ class ActionsReceived:
     weights_seq_no: int
 
 
+@dataclass(frozen=True)
+class SamplesReceived:
+    """(server) ``SAMPLES`` (``samples``): plain dicts of arrays, checked (``protocol.samples``).
+
+    Attributes:
+        samples: the samples, in the order sent.
+        seq: the message's number (``ack`` agreed), else ``None``.
+        frame_bytes: size of the frame it came in, header included.
+    """
+
+    samples: list
+    seq: Optional[int]
+    frame_bytes: int
+
+
 Event = Union[
     HandshakeDone, ErrorReceived, ConnectionClosed, ConfigRequested, StateRequested, EpisodesReceived,
     EndpointsRequested, ConfigReceived, StateReceived, Acked, EndpointsReceived, ActReceived, ActionsReceived,
-    ModulesRequested, ModulesReceived,
+    ModulesRequested, ModulesReceived, SamplesReceived,
 ]
 
 _SERVER_TO_CLIENT = frozenset(
@@ -662,6 +679,36 @@ class Connection:
         self._after_request(kind)
         return batch
 
+    def send_samples(self, samples: list, *, keep_for_resend: bool = False) -> Batch:
+        """(client) Queue a ``SAMPLES`` message (``samples``); return its record.
+
+        Numbered and kept in the window until its ``ACK`` exactly as
+        :meth:`send_episodes` does (with ``ack`` agreed); the ``steps`` of its
+        record count the samples. No reply is owed.
+
+        Raises:
+            LocalProtocolError: ``samples`` not agreed, or not ready to send.
+            SampleError: a sample is malformed (as a server would find it).
+            FrameTooLarge: the samples do not fit one frame.
+        """
+        self._check_request(MessageType.SAMPLES)
+        if not self.speaks(Extension.SAMPLES):
+            raise LocalProtocolError("SAMPLES needs the samples extension, which the server did not agree to")
+        checked = read_samples(list(samples))
+        message: dict[str, Any] = {"type": MessageType.SAMPLES.value, "samples": checked}
+        acked = self.speaks(Extension.ACK)
+        if acked:
+            message["seq"] = self.window.next_seq
+        parts = encode_message_parts(message)
+        seq = self.window.take_seq() if acked else None
+        if acked and keep_for_resend:
+            parts = [b"".join(parts)]
+        batch = Batch(seq=seq, kind=MessageType.SAMPLES, parts=parts, steps=len(checked))
+        if seq is not None:
+            self.window.add(batch)
+        self._out.frame(parts)
+        return batch
+
     def send_act(self, env: Any, obs: Any, reward: Any, start: Any, terminated: Any, truncated: Any, *,
                  taken_mask: Any = None, taken: Any = None, train: Any = None, takeover: Any = None) -> None:
         """(client) Queue an ``ACT`` (``served_actions``); an :class:`ActionsReceived` follows.
@@ -948,6 +995,11 @@ class Connection:
             agents = check_agent_ids(message["agents"], InvalidMessage)
             self._owed.append(MessageType.MODULES)
             return ModulesRequested(agents)
+        if kind is MessageType.SAMPLES:
+            if not self.speaks(Extension.SAMPLES):
+                raise UnsupportedMessage("SAMPLES needs the samples extension, which was not agreed")
+            seq = message.get("seq") if self.speaks(Extension.ACK) else None
+            return SamplesReceived(read_samples(message["samples"]), seq, frame_bytes)
         if kind is MessageType.ACT:
             if not self.speaks(Extension.SERVED_ACTIONS):
                 raise UnsupportedMessage("ACT needs the served_actions extension, which was not agreed")

@@ -70,6 +70,9 @@ class Extension(str, enum.Enum):
     #: when those weights came, which exploration schedules follow (DQN's
     #: epsilon) in a client that runs the policy itself.
     TIMESTEP = "timestep"
+    #: The client sends plain samples (``SAMPLES``: dicts of arrays, not
+    #: episodes) to a consumer such as a training loop's dataset (``protocol.samples``).
+    SAMPLES = "samples"
 
 
 @dataclass(frozen=True)

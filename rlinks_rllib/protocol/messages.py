@@ -76,6 +76,8 @@ class MessageType(str, enum.Enum):
     GET_MODULES = "GET_MODULES"
     #: Server -> client: agent id -> module id for a ``GET_MODULES`` (``multi_agent``).
     MODULES = "MODULES"
+    #: Client -> server: plain samples, dicts of arrays (``samples``).
+    SAMPLES = "SAMPLES"
 
     def __str__(self) -> str:
         return self.value
@@ -126,6 +128,7 @@ _REQUIRED: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.ACTIONS: {"env": (list,), "actions": (np.ndarray, list), "weights_seq_no": (int,)},
     MessageType.GET_MODULES: {"agents": (list,)},
     MessageType.MODULES: {"modules": (dict,)},
+    MessageType.SAMPLES: {"samples": (list,)},
 }
 _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.PING: {"rlinks": (dict,)},
@@ -134,6 +137,7 @@ _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.SET_STATE: {"want_steps": (int,), "timestep": (int,)},
     MessageType.EPISODES: {"timesteps": (int,), "seq": (int,)},
     MessageType.EPISODES_AND_GET_STATE: {"timesteps": (int,), "seq": (int,)},
+    MessageType.SAMPLES: {"seq": (int,)},
     MessageType.ACT: {"taken_mask": (np.ndarray, list), "taken": (np.ndarray, list), "train": (np.ndarray, list)},
 }
 

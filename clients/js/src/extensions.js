@@ -29,6 +29,8 @@ export const Extension = Object.freeze({
   TAKEOVER: "takeover",
   /** SET_STATE carries RLlib's step count, for exploration schedules (not used by this client yet). */
   TIMESTEP: "timestep",
+  /** SAMPLES: plain dicts of arrays for a training loop's dataset (not used by this client yet). */
+  SAMPLES: "samples",
 });
 
 const MAX_NAMES = 64;

@@ -40,6 +40,8 @@ export const MessageType = Object.freeze({
   ACTIONS: "ACTIONS",
   GET_MODULES: "GET_MODULES",
   MODULES: "MODULES",
+  /** Client -> server: plain samples for a training loop's dataset (`samples`; not sent by this client yet). */
+  SAMPLES: "SAMPLES",
 });
 
 /** RLlib's old API stack: recognised, always refused. */
@@ -81,6 +83,7 @@ const REQUIRED = {
   ACTIONS: { env: ["list"], actions: ["ndarray", "list"], weights_seq_no: ["int"] },
   GET_MODULES: { agents: ["list"] },
   MODULES: { modules: ["map"] },
+  SAMPLES: { samples: ["list"] },
 };
 const OPTIONAL = {
   PING: { rlinks: ["map"] },
@@ -89,6 +92,7 @@ const OPTIONAL = {
   SET_STATE: { want_steps: ["int"] },
   EPISODES: { timesteps: ["int"], seq: ["int"] },
   EPISODES_AND_GET_STATE: { timesteps: ["int"], seq: ["int"] },
+  SAMPLES: { seq: ["int"] },
 };
 
 function checkField(type, message, name, kinds) {

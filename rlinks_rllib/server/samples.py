@@ -1,0 +1,485 @@
+"""A server that takes plain samples (``SAMPLES``) from actors and hands them to one consumer.
+
+The consumer is a training loop of the user's own (:class:`~rlinks_rllib.training.dataset.RLinkDataset`
+reads from here), not an RLlib algorithm: actors ``put`` dicts of arrays,
+the consumer :meth:`SampleServer.take`\\ s them, and a model trained on them is
+published back (:meth:`SampleServer.publish_weights`) for actors to fetch
+with ``GET_STATE``.
+
+Delivery is that of episodes to a runner (PROTOCOL.md 10.2, 10.10):
+
+* Every message goes into a bounded :class:`~.inbox.Inbox` (samples and
+  bytes). While it is full, the server stops reading from its actors, so
+  TCP pushes back on them and their ``put`` waits; nothing is dropped.
+* ``ACK {seq}`` goes to an actor when the consumer has *taken* its message,
+  not when it arrived: a server that dies loses nothing an actor believes
+  delivered; a reliable actor resends the rest after reconnecting, and a
+  resent ``seq`` is recognised (confirmed again, never queued twice).
+
+One thread per connection (bounded by ``max_clients``) drives a protocol
+:class:`~..protocol.connection.Connection`; a large body is read straight
+into its final buffer. Bad input from one actor ends that connection with
+an ``ERROR`` and a log line; other actors are unaffected.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import select
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from .._version import SERVER_AGENT
+from ..protocol.connection import (
+    ConfigRequested,
+    ConnectionClosed,
+    Connection,
+    ErrorReceived,
+    HandshakeDone,
+    Role,
+    SamplesReceived,
+    StateRequested,
+)
+from ..protocol.errors import ErrorCode, LocalProtocolError, ProtocolError
+from ..protocol.extensions import Extension
+from ..protocol.framing import encode_body_once
+from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
+from ..protocol.weights import build_state
+from .inbox import Batch, Inbox
+from .stats import LogLimiter
+
+__all__ = ["SampleServer", "SampleStats", "LearnerNode", "SAMPLE_EXTENSIONS"]
+
+logger = logging.getLogger("rlinks_rllib.server.samples")
+
+#: What a sample server agrees to: confirmed delivery and plain samples.
+SAMPLE_EXTENSIONS = (Extension.ACK.value, Extension.SAMPLES.value)
+#: How often a blocked thread looks again whether the server is stopping.
+_POLL_S = 0.2
+#: Seconds one write to an actor may take.
+_SEND_TIMEOUT_S = 30.0
+#: Bytes read at once for small frames and headers.
+_READ_BYTES = 256 * 1024
+#: Clients whose highest seqs are remembered (for resends after a reconnect).
+_HELD_SEQ_MAX = 65536
+
+
+@dataclass
+class _SampleBatch(Batch):
+    """One ``SAMPLES`` message in the inbox (``episodes`` holds its samples)."""
+
+    seq: Optional[int] = None
+
+
+@dataclass
+class SampleStats:
+    """Counters of a :class:`SampleServer` (read them from any thread; they only grow)."""
+
+    connections: int = 0
+    messages: int = 0
+    samples_received: int = 0
+    samples_taken: int = 0
+    duplicates: int = 0
+    refused: int = 0
+    bytes_received: int = 0
+
+
+class _Session:
+    """One actor's connection: its socket, its Connection, and a lock for writes from two threads."""
+
+    def __init__(self, sock: socket.socket, peer: Any, conn: Connection) -> None:
+        self.sock = sock
+        sock.settimeout(_SEND_TIMEOUT_S)  # a peer that stops reading can't hold a write forever
+        self.peer = peer
+        self.conn = conn
+        self.client_id = f"anon-{uuid.uuid4().hex[:12]}"
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def flush_locked(self) -> None:
+        for part in self.conn.data_to_send():
+            self.sock.sendall(part)
+
+    def send_ack(self, seq: int) -> None:
+        """Confirm ``seq``; a connection that just went away is left to its reader thread."""
+        with self.lock:
+            if self.closed:
+                return
+            try:
+                self.conn.send_ack(seq)
+                self.flush_locked()
+            except (OSError, LocalProtocolError) as exc:
+                logger.debug("samples: ACK %d to %s not sent: %s", seq, self.client_id, exc)
+
+
+class SampleServer:
+    """Listens for actors on ``host:port`` and queues their samples for :meth:`take`.
+
+    Args:
+        host, port: where to listen (port 0: one the OS picks; see :attr:`port`).
+        max_clients: connections held at once; one more gets ``ERROR limit_exceeded``.
+        max_buffer_samples, max_buffer_bytes: what the inbox holds before reading pauses.
+        max_frame_bytes: largest frame an actor may send.
+        handshake_timeout: seconds a new connection has to finish its ``PING``.
+        secret: shared secret (``protocol.auth``) actors must prove they know; ``None``: none.
+
+    Raises:
+        ValueError: a bound is not positive.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_clients: int = 64,
+        max_buffer_samples: int = 256,
+        max_buffer_bytes: int = 512 * 1024 * 1024,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        handshake_timeout: float = 10.0,
+        secret: Optional[bytes] = None,
+    ) -> None:
+        for name, value in (("max_clients", max_clients), ("max_buffer_samples", max_buffer_samples),
+                            ("max_buffer_bytes", max_buffer_bytes), ("max_frame_bytes", max_frame_bytes)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.host = host
+        self.max_clients = max_clients
+        self.max_frame_bytes = max_frame_bytes
+        self.handshake_timeout = handshake_timeout
+        self.stats = SampleStats()
+        self._secret = secret
+        self._room = threading.Condition()
+        self.inbox = Inbox(max_buffer_samples, max_buffer_bytes, on_drained=self._drained)
+        self._lock = threading.Lock()
+        self._sessions: set[_Session] = set()
+        self._by_client: dict[str, _Session] = {}
+        #: client_id -> (highest seq queued, highest seq taken and confirmed).
+        self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        self._state_body = encode_body_once(build_state({}, 0))
+        self._weights_version = 0
+        self._stopping = threading.Event()
+        self._log_limiter = LogLimiter()
+        self._listener = socket.create_server((host, port), backlog=128)
+        self.port: int = self._listener.getsockname()[1]
+        self._listener.settimeout(_POLL_S)  # accept() wakes to see stop(); closing alone doesn't wake it
+        self._threads: list[threading.Thread] = []
+        self._accept_thread = threading.Thread(target=self._accept_forever, name=f"rlinks-samples-{self.port}",
+                                               daemon=True)
+
+    # ------------------------------------------------------------------
+    # Life cycle
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` for actors."""
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "SampleServer":
+        self._accept_thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the listener and every connection (actors get ``ERROR shutting_down``); wait for the threads."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self.inbox.close()
+        with self._room:
+            self._room.notify_all()
+        self._listener.close()
+        with self._lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            self._end(session, ErrorCode.SHUTTING_DOWN, "the sample server is stopping")
+        deadline = time.monotonic() + timeout
+        for thread in [self._accept_thread, *self._threads]:
+            if thread.is_alive():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> "SampleServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------
+    # The consumer's side
+
+    def take(self, max_wait: float) -> list[dict[str, Any]]:
+        """The oldest message's samples (at least one message once any is there), confirmed to their actor.
+
+        Waits up to ``max_wait`` seconds; returns ``[]`` if nothing came (or
+        the server is stopping).
+        """
+        batches = self.inbox.take(1, max_wait)
+        samples: list[dict[str, Any]] = []
+        for batch in batches:
+            samples.extend(batch.episodes)
+            self.stats.samples_taken += batch.steps
+            if isinstance(batch, _SampleBatch) and batch.seq is not None:
+                self._confirm(batch.client, batch.seq)
+        return samples
+
+    def publish_weights(self, params: Mapping[str, Any], version: Optional[int] = None) -> int:
+        """Make ``params`` (name -> numeric numpy array) what ``GET_STATE`` answers; returns its version.
+
+        ``version`` defaults to the last one plus 1. The weight set is packed
+        once here; every actor's ``SET_STATE`` carries the same bytes.
+
+        Raises:
+            WeightsError: a name or array is not a weight (``protocol.weights``).
+        """
+        with self._lock:
+            version = self._weights_version + 1 if version is None else version
+            body = encode_body_once(build_state(params, version))
+            self._state_body, self._weights_version = body, version
+        return version
+
+    @property
+    def weights_version(self) -> int:
+        """The version of the last published weights (0: none yet)."""
+        return self._weights_version
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping.is_set()
+
+    @property
+    def clients(self) -> int:
+        """Connections open now."""
+        with self._lock:
+            return len(self._sessions)
+
+    # ------------------------------------------------------------------
+    # Network threads
+
+    def _accept_forever(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                sock, peer = self._listener.accept()
+            except TimeoutError:
+                continue  # look at the stop flag again
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                logger.exception("samples: accept failed on port %d", self.port)
+                time.sleep(_POLL_S)
+                continue
+            conn = Connection(Role.SERVER, extensions=SAMPLE_EXTENSIONS, agent=SERVER_AGENT, secret=self._secret,
+                              max_frame_bytes=self.max_frame_bytes)
+            session = _Session(sock, peer, conn)
+            with self._lock:
+                full = len(self._sessions) >= self.max_clients
+                if not full:
+                    self._sessions.add(session)
+                    self.stats.connections += 1
+            if full:
+                self.stats.refused += 1
+                self._end(session, ErrorCode.LIMIT_EXCEEDED, f"the sample server holds {self.max_clients} "
+                                                            "connections already (max_clients)")
+                continue
+            thread = threading.Thread(target=self._serve, args=(session,), name=f"rlinks-samples-{peer}",
+                                      daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, session: _Session) -> None:
+        reason = "closed"
+        try:
+            reason = self._read_loop(session)
+        except ProtocolError as exc:
+            self.stats.refused += 1
+            if self._log_limiter.allow():
+                logger.warning("samples: client %s (%s) refused: %s: %s", session.client_id, session.peer,
+                               exc.code, exc)
+            self._end(session, exc.code, str(exc))
+            reason = f"refused ({exc.code})"
+        except OSError as exc:
+            reason = f"connection error: {exc}"
+        except Exception:
+            logger.exception("samples: client %s (%s): internal error", session.client_id, session.peer)
+            self._end(session, ErrorCode.SERVER_ERROR, "internal error in the sample server")
+        finally:
+            self._close(session)
+            logger.debug("samples: client %s (%s) disconnected: %s", session.client_id, session.peer, reason)
+
+    def _read_loop(self, session: _Session) -> str:
+        conn, sock = session.conn, session.sock
+        small = bytearray(_READ_BYTES)
+        handshake_by = time.monotonic() + self.handshake_timeout
+        while not self._stopping.is_set():
+            if conn.handshaking and time.monotonic() > handshake_by:
+                self._end(session, ErrorCode.LIMIT_EXCEEDED, f"no handshake within {self.handshake_timeout:g} s")
+                return "handshake timeout"
+            readable, _, _ = select.select([sock], [], [], _POLL_S)
+            if not readable:
+                continue
+            target = conn.read_buffer()
+            if target is not None:
+                n = sock.recv_into(target)
+                if n:
+                    conn.received_into(n)
+            else:
+                n = sock.recv_into(small)
+                if n:
+                    conn.receive_data(memoryview(small)[:n])
+            if not n:
+                conn.receive_eof()
+            ended = self._handle_events(session)
+            if ended:
+                return ended
+        return "server stopping"
+
+    def _handle_events(self, session: _Session) -> Optional[str]:
+        """Handle every event read so far; the reason the conversation ended, if it did."""
+        conn = session.conn
+        while True:
+            with session.lock:
+                event = conn.next_event()
+            if event is None:
+                return None
+            if isinstance(event, SamplesReceived):
+                self._received(session, event)
+            elif isinstance(event, HandshakeDone):
+                self._handshake_done(session, event)
+            elif isinstance(event, StateRequested):
+                with session.lock:
+                    conn.send_state(self._state_body)
+                    session.flush_locked()
+            elif isinstance(event, ConfigRequested):
+                self._end(session, ErrorCode.UNSUPPORTED_MESSAGE,
+                          "this is a sample server (a training loop's dataset): it has no RLlib config")
+                return "asked for a config"
+            elif isinstance(event, (ConnectionClosed, ErrorReceived)):
+                return f"{event}"
+            else:
+                self._end(session, ErrorCode.UNSUPPORTED_MESSAGE,
+                          f"{type(event).__name__}: a sample server takes SAMPLES and GET_STATE only")
+                return "unsupported request"
+            with session.lock:
+                session.flush_locked()
+
+    def _handshake_done(self, session: _Session, event: HandshakeDone) -> None:
+        with session.lock:
+            session.flush_locked()
+        if event.client_id is not None:
+            session.client_id = event.client_id
+        with self._lock:
+            self._by_client[session.client_id] = session
+
+    def _received(self, session: _Session, event: SamplesReceived) -> None:
+        """Queue a message once (a resend is confirmed again or left to its first copy); pause while full."""
+        self.stats.messages += 1
+        self.stats.bytes_received += event.frame_bytes
+        seq, client = event.seq, session.client_id
+        if seq is not None:
+            with self._lock:
+                held, confirmed = self._seqs.get(client, (0, 0))
+            if seq <= held:
+                self.stats.duplicates += 1
+                if seq <= confirmed:
+                    session.send_ack(seq)
+                return  # still in the inbox: its ACK comes when it is taken
+            with self._lock:
+                self._seqs[client] = (seq, confirmed)
+                self._seqs.move_to_end(client)
+                while len(self._seqs) > _HELD_SEQ_MAX:
+                    self._seqs.popitem(last=False)
+        self.stats.samples_received += len(event.samples)
+        batch = _SampleBatch(episodes=event.samples, steps=len(event.samples), nbytes=event.frame_bytes,
+                             weights_seq_no=self._weights_version, client=client, seq=seq)
+        if self.inbox.put(batch):
+            # Full: read nothing more from this actor until the consumer takes (TCP pushes back).
+            with self._room:
+                while self.inbox.full() and not self._stopping.is_set():
+                    self._room.wait(_POLL_S)
+
+    def _drained(self) -> None:
+        with self._room:
+            self._room.notify_all()
+
+    def _confirm(self, client: str, seq: int) -> None:
+        with self._lock:
+            held, confirmed = self._seqs.get(client, (seq, 0))
+            self._seqs[client] = (max(held, seq), max(confirmed, seq))
+            session = self._by_client.get(client)
+        if session is not None:
+            # Between connections, the actor resends it and is confirmed then.
+            session.send_ack(seq)
+
+    def _end(self, session: _Session, code: Any, reason: str) -> None:
+        """Send ``ERROR`` (if none was yet) and close the socket."""
+        with session.lock:
+            if not session.closed:
+                try:
+                    session.conn.send_error(code, reason)
+                    session.flush_locked()
+                except (OSError, LocalProtocolError):
+                    pass  # the peer is gone or was told already; the socket is closed next either way
+        self._close(session)
+
+    def _close(self, session: _Session) -> None:
+        with session.lock:
+            if session.closed:
+                return
+            session.closed = True
+            try:
+                session.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already disconnected
+            session.sock.close()
+        with self._lock:
+            self._sessions.discard(session)
+            if self._by_client.get(session.client_id) is session:
+                del self._by_client[session.client_id]
+
+
+class LearnerNode:
+    """Seed 001's learner: ``LearnerNode(port=..., reliable=True, retry_attempts=3).receive()``.
+
+    A :class:`SampleServer` on ``port`` whose :meth:`receive` returns one
+    sample at a time. Delivery is always confirmed (``ack``); ``reliable``
+    and ``retry_attempts`` are the actors' business here (their
+    ``ActorNode`` reconnects and resends) and are kept for seed code only.
+
+    Raises:
+        ValueError: ``retry_attempts`` is negative.
+    """
+
+    def __init__(self, port: int = 5555, host: str = "127.0.0.1", *, reliable: bool = True,
+                 retry_attempts: int = 3, **server_options: Any) -> None:
+        if type(retry_attempts) is not int or retry_attempts < 0:
+            raise ValueError(f"retry_attempts must be an int >= 0, got {retry_attempts!r}")
+        self.reliable = reliable
+        self.retry_attempts = retry_attempts
+        self.server = SampleServer(host, port, **server_options).start()
+        self._ready: collections.deque[dict[str, Any]] = collections.deque()
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def receive(self, timeout: float = 30.0) -> dict[str, Any]:
+        """The next sample (a dict) any actor sent.
+
+        Raises:
+            TimeoutError: nothing came within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while not self._ready:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no sample arrived on port {self.server.port} within {timeout:g} s")
+            self._ready.extend(self.server.take(left))
+        return self._ready.popleft()
+
+    def close(self) -> None:
+        self.server.stop()

@@ -1,0 +1,210 @@
+"""Your own training loop over what actors send: a live PyTorch dataset, and model sync back to the actors.
+
+:class:`RLinkDataset` is a ``torch.utils.data.IterableDataset`` that starts a
+:class:`~rlinks_rllib.server.samples.SampleServer` in a background thread of
+the training process and yields what actors ``put``
+(:class:`~rlinks_rllib.client.actor.RLinkActor`), sample by sample or in
+batches, as tensors on the worker's device. Buffering is bounded: while the
+consumer is behind, the server stops reading and the actors' ``put`` waits
+(nothing is dropped); a sample is confirmed to its actor once it is taken.
+
+Why a server per training worker rather than one learner process that fans
+out: each Ray Train worker (one per GPU) then owns its share by construction
+(the actors that connect to it), samples cross the network once, straight
+into the process that trains on them, and no second queue or cluster manager
+sits between. Under Ray Train, ``base_port`` gives worker ``rank`` the port
+``base_port + rank``; actors spread over those ports.
+
+:class:`RLinkSyncModel` pushes a torch module or state dict back as a new
+weights version; actors see it with ``get_remote_model()``.
+
+Use ``DataLoader(dataset, batch_size=None, num_workers=0)`` (or iterate the
+dataset directly): the server lives in this process and is not copied into
+loader worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterator, Mapping, Optional, Union
+
+import numpy as np
+import torch
+
+from ..server.samples import SampleServer
+
+__all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank"]
+
+
+def train_rank() -> int:
+    """This process's Ray Train world rank, or 0 outside Ray Train."""
+    try:
+        import ray.train
+
+        return int(ray.train.get_context().get_world_rank())
+    except (ImportError, RuntimeError, AttributeError, ValueError):
+        return 0
+
+
+class RLinkDataset(torch.utils.data.IterableDataset):
+    """The samples actors send, live, as tensors on ``gpu_id``'s device (the CPU when ``None``).
+
+    Args:
+        port: where actors connect; 0: a free port the OS picks (see :attr:`address`).
+        base_port: instead of ``port``: listen on ``base_port + rank`` (Ray Train's world rank).
+        host: the interface to listen on.
+        gpu_id: CUDA device index for the tensors (the seed's ``torch.cuda.current_device()``).
+        device: a torch device instead of ``gpu_id``.
+        batch_size: yield dicts of stacked tensors of this many samples; ``None``: one sample at a time.
+        max_buffer_samples, max_buffer_bytes: what is held before actors are pushed back.
+        idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
+        max_samples: end an iteration after this many samples; ``None``: never.
+        server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments.
+
+    Raises:
+        ValueError: both ``port`` and ``base_port``, or a bad bound.
+        OSError: the port is taken.
+    """
+
+    def __init__(
+        self,
+        port: Optional[int] = None,
+        *,
+        base_port: Optional[int] = None,
+        host: str = "127.0.0.1",
+        gpu_id: Optional[int] = None,
+        device: Union[str, torch.device, None] = None,
+        batch_size: Optional[int] = None,
+        max_buffer_samples: int = 256,
+        max_buffer_bytes: int = 512 * 1024 * 1024,
+        idle_timeout: Optional[float] = None,
+        max_samples: Optional[int] = None,
+        **server_options: Any,
+    ) -> None:
+        super().__init__()
+        if port is not None and base_port is not None:
+            raise ValueError("give port or base_port, not both")
+        if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
+            raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
+        if base_port is not None:
+            port = base_port + train_rank()
+        if device is None:
+            device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        self.idle_timeout = idle_timeout
+        self.max_samples = max_samples
+        self.server = SampleServer(host, port or 0, max_buffer_samples=max_buffer_samples,
+                                   max_buffer_bytes=max_buffer_bytes, **server_options).start()
+        self._ready: list[dict[str, Any]] = []
+        self._pid = os.getpid()
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` for actors."""
+        return self.server.address
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._check_process()
+        yielded = 0
+        while self.max_samples is None or yielded < self.max_samples:
+            want = 1 if self.batch_size is None else self.batch_size
+            if self.max_samples is not None:
+                want = min(want, self.max_samples - yielded)
+            samples = self._next(want)
+            if not samples:
+                return
+            yielded += len(samples)
+            yield self._to_device(samples[0]) if self.batch_size is None else self._collate(samples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """The seed's ``__getitem__``: the next sample (``index`` is ignored: the stream has no positions).
+
+        Raises:
+            TimeoutError: nothing arrived within ``idle_timeout`` (30 s when unset).
+        """
+        self._check_process()
+        samples = self._next(1, self.idle_timeout if self.idle_timeout is not None else 30.0)
+        if not samples:
+            raise TimeoutError(f"no sample arrived on {self.address}")
+        return self._to_device(samples[0])
+
+    def close(self) -> None:
+        """Stop the server (actors get ``shutting_down`` and, if reliable, keep retrying elsewhere)."""
+        self.server.stop()
+
+    def __getstate__(self) -> dict:
+        raise TypeError("an RLinkDataset holds a live server and stays in its process: use num_workers=0")
+
+    # ------------------------------------------------------------------
+
+    def _next(self, count: int, idle: Optional[float] = None) -> list[dict[str, Any]]:
+        """Up to ``count`` samples, waiting for the first one at most ``idle`` (``idle_timeout``) seconds."""
+        idle = self.idle_timeout if idle is None else idle
+        deadline = None if idle is None else time.monotonic() + idle
+        while len(self._ready) < count:
+            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if wait <= 0 or self.server.stopped:
+                break
+            taken = self.server.take(wait)
+            if taken:
+                self._ready.extend(taken)
+                if deadline is not None:
+                    deadline = time.monotonic() + idle
+        out, self._ready = self._ready[:count], self._ready[count:]
+        return out
+
+    def _to_device(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: self._tensor(np.array(value)) if isinstance(value, np.ndarray) else value
+                for key, value in sample.items()}
+
+    def _collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch: dict[str, Any] = {}
+        for key, first in samples[0].items():
+            values = [sample.get(key) for sample in samples]
+            if isinstance(first, (np.ndarray, int, float, bool)) and all(
+                    isinstance(v, type(first)) for v in values):
+                batch[key] = self._tensor(np.stack([np.asarray(v) for v in values]))
+            else:
+                batch[key] = values
+        return batch
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError("an RLinkDataset is read in the process that made it: use num_workers=0")
+
+
+class RLinkSyncModel:
+    """Pushes a model from your training loop to every actor of a dataset (or sample server).
+
+    ``RLinkSyncModel(dataset).sync(module)`` publishes ``module``'s
+    ``state_dict()`` (or a state dict, or a ``torch.save`` file of one) as
+    the next weights version; each actor's ``get_remote_model()`` returns it.
+    Weights travel as arrays (PROTOCOL.md 7), packed once for every actor.
+    """
+
+    def __init__(self, target: Union[RLinkDataset, SampleServer]) -> None:
+        self.server = target.server if isinstance(target, RLinkDataset) else target
+
+    def sync(self, model: Union[torch.nn.Module, Mapping[str, Any], str, os.PathLike]) -> int:
+        """Publish ``model`` as a new version; returns the version (1, 2, ...).
+
+        Raises:
+            WeightsError: a value is not a numeric tensor or array.
+            OSError: a path that can't be read.
+        """
+        if isinstance(model, (str, os.PathLike)):
+            model = torch.load(model, map_location="cpu", weights_only=True)
+        state = model.state_dict() if isinstance(model, torch.nn.Module) else model
+        params = {name: value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+                  for name, value in state.items()}
+        return self.server.publish_weights(params)
