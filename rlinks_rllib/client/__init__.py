@@ -5,6 +5,8 @@ What a simulator needs comes from here, in one import:
 * :class:`EnvClient`: the object a simulator's loop calls (``act``,
   ``report``), local or served, one env, many, or many agents;
 * :class:`PolicyClient`: RLlib's old ``PolicyClient`` calls, on the new stack;
+* :class:`RLinkActor`: ``put`` dicts of arrays to a training loop's dataset,
+  ``get_remote_model`` (seed 001's :class:`ActorNode` too);
 * below them, for protocol-level work: :class:`RLinkClient`, the episode
   builders, the client policies, the error classes and :class:`ErrorCode`.
 
@@ -15,6 +17,7 @@ from ..protocol.episode_builder import EpisodeBuilder, VectorEpisodeBuilder
 from ..protocol.errors import ErrorCode
 from ..protocol.multi_agent_builder import MultiAgentEpisodeBuilder
 from .action_spaces import BoxSpace, DiscreteSpace
+from .actor import ActorNode, RemoteModel, RLinkActor
 from .address import Address, parse_address
 from .connection import DEFAULT_EXTENSIONS, ActionsReply, ClientStats, RLinkClient, WeightsUpdate
 from .directory import ask_directory
@@ -42,6 +45,9 @@ from .policy_client import PolicyClient
 
 __all__ = [
     "ActionsReply",
+    "ActorNode",
+    "RLinkActor",
+    "RemoteModel",
     "Address",
     "AuthenticationFailed",
     "BoxSpace",
