@@ -103,6 +103,27 @@ def _init_ray(config) -> None:
                  num_cpus=max(os.cpu_count() or 1, _logical_cpus(config)), runtime_env=workers)
 
 
+def _local_learner_threads(config) -> None:
+    """Give torch in this process the CPU threads a remote learner would get: ``num_cpus_per_learner``.
+
+    A remote learner is a Ray actor, which Ray starts with
+    ``OMP_NUM_THREADS`` set to its CPUs (1 by RLlib's default). The local
+    learner (``num_learners: 0``) runs here instead, where torch would take
+    every core and spin-wait on them, against the runner, Ray and the
+    simulators on the same machine: a small SAC update took 39 ms instead of
+    0.5 ms on two busy cores. ``OMP_NUM_THREADS`` set by the user wins.
+    """
+    if (config.num_learners or 0) > 0 or os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    wanted = config.num_cpus_per_learner
+    threads = int(wanted) if isinstance(wanted, (int, float)) and wanted >= 1 else 1
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+        logger.debug("local learner: %d torch thread(s) (learners.num_cpus_per_learner)", threads)
+
+
 #: How long the learner waits for its runners to say where they are and how busy (one may be cut off).
 _ASK_RUNNERS_TIMEOUT_S = 10.0
 
@@ -317,6 +338,7 @@ def run_learner(
     inputs = check_inputs(config) if offline else []
 
     _init_ray(config)
+    _local_learner_threads(config)
     if offline:
         quiet_reading()
     with quiet.stderr_without_known_lines():  # where RLlib makes its runners (Ray's C++ warns then)
