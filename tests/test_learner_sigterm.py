@@ -1,10 +1,11 @@
 """A learner with no simulator stops on SIGTERM (``ray job stop``), checkpoints, and the checkpoint resumes.
 
-SAC's and DQN's iterations wait for 100 and 1,000 env steps; a learner no
-simulator reached used to sit in its first iteration past SIGTERM until it
-was killed. Both configs serve from the driver's own runner
-(``num_env_runners: 0``), whose wait the learner may cut short; a learner
-with remote runners and no simulator still waits (see learner.py's
+SAC's and DQN's iterations wait for 100 and 1,000 env steps, PPO's for its
+train batch; a learner no simulator reached used to sit in its first
+iteration past SIGTERM until it was killed. SAC and DQN serve from the
+driver's own runner (``num_env_runners: 0``), whose wait the learner may cut
+short; PPO's config has two remote runners, which the learner first asks to
+stop handing steps over while idle (see learner.py's
 ``_waiting_for_first_steps``). Each learner here runs in a session of its
 own, so the test can see that nothing it started outlives it.
 """
@@ -74,7 +75,7 @@ def _learner_until_sigterm(tmp_path: Path, config: str, *extra: str) -> tuple[in
         return code, took, log_path.read_text()
 
 
-@pytest.mark.parametrize("config", ["sac_pendulum", "dqn_cartpole"])
+@pytest.mark.parametrize("config", ["sac_pendulum", "dqn_cartpole", "ppo_cartpole"])
 def test_a_learner_no_simulator_reached_stops_on_sigterm_with_a_checkpoint(tmp_path, config):
     code, took, out = _learner_until_sigterm(tmp_path, config)
     assert code == EXIT_TERMINATED, out[-3000:]

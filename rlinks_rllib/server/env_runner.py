@@ -118,6 +118,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         )
         self.on_policy = _is_on_policy(self.config)
         self._setup_off_policy_flow()
+        #: Set by :meth:`stop_if_idle`: sample() hands nothing over any more (the learner is stopping).
+        self._stopped_handing = False
         # Steps one on-policy update takes from this runner: its share of the
         # train batch, at least one rollout fragment.
         runners = max(1, int(self.config.num_env_runners or 0))
@@ -237,7 +239,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         The batches returned are confirmed (``ACK``) to clients that speak
         the ``ack`` extension; see ``docs/SECURITY.md`` for what that guarantees.
         """
-        if self.server is None:
+        if self.server is None or self._stopped_handing:
             return []
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
         # Called again before new weights, after this runner handed over its
@@ -355,6 +357,24 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             logger.warning("RLinkEnvRunner %d: no receipt from the driver for %d batch(es); they can no longer be "
                            "handed over again if RLlib dropped them (is RLinkReceipts in the config's callbacks?)",
                            self.worker_index, len(overdue))
+
+    def stop_if_idle(self) -> bool:
+        """(The learner, on SIGTERM) Hand nothing over from now on, if no client is here and nothing waits.
+
+        Returns whether it stopped. Then any ``sample()`` still under way or
+        to come returns nothing, so a driver waiting for an iteration's
+        first steps can drop that iteration without losing a step confirmed
+        to a client (steps that arrive later stay unconfirmed, and reliable
+        clients send them again). With a client connected, steps waiting, or
+        a result not yet receipted, it changes nothing and returns False.
+        """
+        if self.server is not None:
+            busy = (self.server.stats.clients_connected or self.server.inbox.steps
+                    or (self._returned is not None and len(self._returned)))
+            if busy:
+                return False
+        self._stopped_handing = True
+        return True
 
     def take_receipts(self, receipts: dict) -> None:
         """(Called by the driver's :class:`~.receipts.RLinkReceipts`) which ``sample()`` results arrived.

@@ -228,13 +228,18 @@ def _sigterm_sets(flag: threading.Event, algo: Any = None) -> Iterator[None]:
     dropped there (:class:`_StoppedWaiting`): nothing of it was taken, so
     nothing confirmed to a client is lost. Until the loop gets there, the
     signal is delivered again every ``_NUDGE_S`` seconds to look again.
-    Remote runners' sampling is never interrupted (see the function).
+    Remote runners are first asked to stop handing anything over, which
+    each does only if no client is connected and nothing waits in it
+    (:func:`_stop_idle_runners`); once all have, the driver's wait for them
+    is dropped the same way.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     done = threading.Event()
-    nudger = threading.Thread(target=_nudge, args=(done,), name="rlinks-sigterm-nudge", daemon=True)
+    runners_idle = threading.Event()
+    nudger = threading.Thread(target=_nudge, args=(done, algo, runners_idle), name="rlinks-sigterm-nudge",
+                              daemon=True)
 
     def on_sigterm(_signum: int, frame: Any) -> None:
         if not flag.is_set():
@@ -242,7 +247,7 @@ def _sigterm_sets(flag: threading.Event, algo: Any = None) -> Iterator[None]:
             if algo is not None:
                 _iteration_minimums(algo.config, _NO_MINIMUMS)
             nudger.start()
-        if _waiting_for_first_steps(frame):
+        if _waiting_for_first_steps(frame, runners_idle.is_set()):
             raise _StoppedWaiting()
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
@@ -262,19 +267,49 @@ def _sigterm_sets(flag: threading.Event, algo: Any = None) -> Iterator[None]:
 _NUDGE_S = 0.5
 
 
-def _nudge(done: threading.Event) -> None:
+def _nudge(done: threading.Event, algo: Any, runners_idle: threading.Event) -> None:
     while not done.wait(_NUDGE_S):
+        if algo is not None and not runners_idle.is_set() and _stop_idle_runners(algo):
+            runners_idle.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _waiting_for_first_steps(frame: Any) -> bool:
-    """Whether ``frame`` waits in a local runner's inbox for an iteration's first env steps.
+#: How long the learner waits for its remote runners to answer whether they are idle.
+_IDLE_ASK_TIMEOUT_S = 5.0
 
-    That is: inside ``Condition.wait`` of :meth:`~rlinks_rllib.server.inbox.Inbox.take`
-    (nothing taken, so nothing confirmed to a client), called while RLlib's
-    ``synchronous_parallel_sample`` has no env step yet. With remote runners
-    the driver waits in Ray instead, where a result may already be on its way
-    with steps confirmed to clients: it is never interrupted there.
+
+def _stop_idle_runners(algo: Any) -> bool:
+    """Ask every remote runner to stop handing steps over if it is idle; whether all are (and there are some).
+
+    Called from the nudging thread while the main thread may wait in Ray
+    for those runners' ``sample()``: the actors are called directly, not
+    through RLlib's actor manager, whose bookkeeping is the main thread's.
+    """
+    import ray
+
+    group = getattr(algo, "env_runner_group", None)
+    if group is None or group.num_remote_env_runners() <= 0:
+        return False
+    actors = list(group._worker_manager.actors().values())
+    try:
+        answers = ray.get([actor.stop_if_idle.remote() for actor in actors], timeout=_IDLE_ASK_TIMEOUT_S)
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+        logger.info("SIGTERM: not every runner answered whether it is idle (%s); waiting for the iteration", exc)
+        return False
+    return all(answers)
+
+
+def _waiting_for_first_steps(frame: Any, runners_idle: bool = False) -> bool:
+    """Whether ``frame`` waits for an iteration's first env steps where dropping the iteration loses nothing.
+
+    That is: RLlib's ``synchronous_parallel_sample`` has no env step yet,
+    and either waits inside ``Condition.wait`` of a local runner's
+    :meth:`~rlinks_rllib.server.inbox.Inbox.take` (nothing taken, so nothing
+    confirmed to a client), or waits for remote runners that all stopped
+    handing steps over while idle (``runners_idle``, :func:`_stop_idle_runners`):
+    whatever result is still on its way is empty. Until they all have, a
+    result may already be on its way with steps confirmed to clients, and
+    the wait is never interrupted.
     """
     child = None
     in_inbox_wait = False
@@ -283,7 +318,9 @@ def _waiting_for_first_steps(frame: Any) -> bool:
         if code.co_name == "take" and code.co_filename.endswith(_INBOX_FILE):
             in_inbox_wait = child is not None and child.f_code.co_name == "wait"
         elif code.co_name == "synchronous_parallel_sample" and "rllib" in code.co_filename:
-            return in_inbox_wait and frame.f_locals.get("agent_or_env_steps") == 0
+            nothing_yet = frame.f_locals.get("agent_or_env_steps") == 0 and not any(
+                frame.f_locals.get("sample_batches_or_episodes") or ())
+            return nothing_yet and (in_inbox_wait or runners_idle)
         child, frame = frame, frame.f_back
     return False
 
