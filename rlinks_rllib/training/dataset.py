@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Iterator, Mapping, Optional, Union
 
 import numpy as np
@@ -160,8 +161,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         return out
 
     def _to_device(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: self._tensor(np.array(value)) if isinstance(value, np.ndarray) else value
-                for key, value in sample.items()}
+        return {key: self._tensor(value) if isinstance(value, np.ndarray) else value for key, value in sample.items()}
 
     def _collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         batch: dict[str, Any] = {}
@@ -175,8 +175,13 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         return batch
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
+        """``array`` as a tensor on the device; received arrays are read-only views of their frame."""
+        if self.device.type == "cpu":
+            return torch.from_numpy(array if array.flags.writeable else array.copy())
+        with warnings.catch_warnings():
+            # Read-only is fine here: .to() copies to the device and the view is dropped.
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array).to(self.device)
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:
