@@ -159,13 +159,16 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
     clients = None
     try:
         deadline = time.monotonic() + 180
-        while not (output / "directory.json").exists():
+        while not (output / "endpoints.json").exists():  # written after directory.json
             assert learner.poll() is None, (tmp_path / "learner.log").read_text()
             assert time.monotonic() < deadline, "the learner never listened"
             time.sleep(0.5)
-        directory = json.loads((output / "directory.json").read_text())
+        if (output / "directory.json").exists():
+            address = json.loads((output / "directory.json").read_text())
+        else:  # the driver's own runner serves (num_env_runners: 0): no directory
+            address = json.loads((output / "endpoints.json").read_text())[0]
         clients = [subprocess.Popen(
-            [*RLINKS, "client", "--address", f"{directory['host']}:{directory['port']}", *args],
+            [*RLINKS, "client", "--address", f"{address['host']}:{address['port']}", *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ) for args in [client_args, *more_clients]]
         deadline = time.monotonic() + timeout_s

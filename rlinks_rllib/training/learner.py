@@ -198,10 +198,10 @@ def announce_runners(algo, output: Path, on_ready: Optional[Callable], print_fn:
     directory = _start_directory(algo, addresses, print_fn)
     if directory is None:
         print_fn("simulators connect to:")
-    _write_endpoints(output, addresses)
     if directory is not None:
         host, port = directory.public_address
         write_json_whole(output / "directory.json", {"host": host, "port": port}, indent=None)
+    _write_endpoints(output, addresses)  # last: once it is there, so is directory.json (if there is a directory)
     for index, host, port in addresses:
         print_fn(f"  runner {index}: {host}:{port}")
     if on_ready is not None:
