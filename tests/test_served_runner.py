@@ -341,7 +341,8 @@ def test_a_client_that_stops_reporting_is_cut_off_and_its_episodes_arrive_trunca
 
 
 def test_off_policy_never_parks_and_hands_over_a_fragment_at_a_time(local_runner):
-    runner = local_runner(train_batch=500, off_policy=True)
+    # A backlog that holds it all: nothing is dropped (test_offpolicy_flow checks the dropping).
+    runner = local_runner(train_batch=500, off_policy=True, off_policy_backlog_steps=10_000)
     stop = threading.Event()
     sim = Simulator(runner.address, 4, seed=5, stop=stop, max_acts=150)  # 600 steps: more than an update
     sim.start()
@@ -351,13 +352,12 @@ def test_off_policy_never_parks_and_hands_over_a_fragment_at_a_time(local_runner
     first = runner.sample()
     assert 50 <= _steps(first) and time.monotonic() - started < 1.0  # cut every 50 steps: no waiting
     rest = []
-    while True:
-        more = runner.sample()  # the last, short one cuts what is left
-        if not more:
+    for _ in range(100):  # a call the surplus of the last covers hands over nothing; the last cuts what is left
+        rest += runner.sample()
+        if _steps(first) + _steps(rest) >= 600:
             break
-        rest += more
     stats = runner.get_transport_stats()
-    assert stats["served_parked"] == 0 and stats["errors_total"] == 0
+    assert stats["served_parked"] == 0 and stats["errors_total"] == 0 and stats["dropped_backlog_steps"] == 0
     assert _steps(first) + _steps(rest) == stats["served_steps"] == 600
 
 
