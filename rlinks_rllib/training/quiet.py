@@ -117,6 +117,9 @@ KNOWN_LOG_LINES: tuple[KnownLogLine, ...] = (
     KnownLogLine("ray.rllib.algorithms.algorithm_config",
                  r"You are running \w+ on the new API stack! This is the new default behavior for this algorithm\.",
                  "RLlib, for every algorithm on its new API stack, which is the one rlinks runs"),
+    KnownLogLine("ray.rllib.algorithms.sac.sac",
+                 r"You are running SAC on the new API stack! This is the new default behavior for this algorithm\.",
+                 "RLlib's SAC says it again itself, twice, on the same new API stack"),
     KnownLogLine("ray._common.deprecation",
                  r"DeprecationWarning: `RLModule\(config=\[RLModuleConfig object\]\)` has been deprecated\.",
                  "RLlib's RLModule.__init__ makes an RLModuleConfig itself, for every module (driver, runners, "
