@@ -51,6 +51,7 @@ from ..protocol.framing import encode_body_once
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
 from ..protocol.weights import build_state
 from .inbox import Batch, Inbox
+from .settings import is_loopback
 from .stats import LogLimiter
 
 __all__ = ["SampleServer", "SampleStats", "LearnerNode", "SAMPLE_EXTENSIONS"]
@@ -181,6 +182,15 @@ class SampleServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> "SampleServer":
+        if not is_loopback(self.host):
+            if self._secret is None:
+                logger.warning("rlinks: the sample server listens on %s, BEYOND LOOPBACK, WITHOUT AUTHENTICATION: "
+                               "anyone who can reach the port can feed your training loop. Set RLINKS_SECRET "
+                               "(docs/SECURITY.md)", self.address)
+            else:
+                logger.warning("rlinks: the sample server listens on %s beyond loopback without TLS: anyone on "
+                               "the network path can read the samples and the model (docs/SECURITY.md)",
+                               self.address)
         self._accept_thread.start()
         return self
 

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Mapping, Optional, Union
 import numpy as np
 import torch
 
+from ..protocol.auth import load_secret
 from ..server.samples import SampleServer
 
 __all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank"]
@@ -61,7 +62,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_samples, max_buffer_bytes: what is held before actors are pushed back.
         idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
         max_samples: end an iteration after this many samples; ``None``: never.
-        server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments.
+        server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments; its
+            ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it).
 
     Raises:
         ValueError: both ``port`` and ``base_port``, or a bad bound.
@@ -96,6 +98,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         self.batch_size = batch_size
         self.idle_timeout = idle_timeout
         self.max_samples = max_samples
+        server_options.setdefault("secret", load_secret(None))
         self.server = SampleServer(host, port or 0, max_buffer_samples=max_buffer_samples,
                                    max_buffer_bytes=max_buffer_bytes, **server_options).start()
         self._ready: list[dict[str, Any]] = []
