@@ -248,3 +248,20 @@ def test_bad_sample_refused_at_put():
                 actor.put({"x": object()})
             with pytest.raises(ValueError):
                 actor.put({})
+
+
+def test_with_rlinks_secret_set_only_actors_that_know_it_put(monkeypatch):
+    from rlinks_rllib.client.errors import ClientError
+
+    monkeypatch.setenv("RLINKS_SECRET", "a-shared-secret-of-the-team-0123")
+    dataset = RLinkDataset(idle_timeout=5, max_samples=1)
+    try:
+        with RLinkActor(dataset.address, timeout=10) as actor:  # reads the same variable
+            actor.put({"x": np.arange(3, dtype=np.float32)})
+        [sample] = list(dataset)
+        np.testing.assert_array_equal(sample["x"].numpy(), np.arange(3, dtype=np.float32))
+        with pytest.raises(ClientError):
+            RLinkActor(dataset.address, timeout=5, secret="not-the-secret-of-the-team-0123",
+                       retry_attempts=1).put({"x": np.zeros(3, np.float32)})
+    finally:
+        dataset.close()

@@ -354,8 +354,9 @@ class SampleServer:
         while True:
             with session.lock:
                 event = conn.next_event()
-            if event is None:
-                return None
+                if event is None:
+                    session.flush_locked()  # what the connection answered by itself (PONG with AUTH's challenge)
+                    return None
             if isinstance(event, SamplesReceived):
                 self._received(session, event)
             elif isinstance(event, HandshakeDone):
