@@ -276,7 +276,7 @@ def main() -> int:
     parser.add_argument("--config", default="sac_pendulum", help="YAML file or bundled config name")
     parser.add_argument("--target", type=float, help="mean return to reach (default: the config's stop reward)")
     parser.add_argument("--budget-s", type=float, default=900.0, help="training seconds per run")
-    parser.add_argument("--ratio-s", type=float, default=90.0, help="training seconds per replay-ratio run")
+    parser.add_argument("--ratio-s", type=float, default=90.0, help="training seconds per replay-ratio run (0: none)")
     parser.add_argument("--slow-ms", type=float, nargs="+", default=[20.0, 100.0],
                         help="sleeps per step of the slowed simulators (one replay-ratio run each)")
     parser.add_argument("--skip-target", action="store_true", help="only the replay ratio")
@@ -314,7 +314,8 @@ def main() -> int:
                 runs[name] = run_ours(config, served, target, args.budget_s, Path(tmp) / name.replace(" ", "_"))
                 print(f"  {name}: {time.monotonic() - started:.0f} s with startup and stop", flush=True)
             print_targets(runs, target)
-        print_ratios(args.ratio_s, [ms / 1000.0 for ms in args.slow_ms])
+        if args.ratio_s > 0:
+            print_ratios(args.ratio_s, [ms / 1000.0 for ms in args.slow_ms])
     return 0
 
 

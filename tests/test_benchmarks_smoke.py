@@ -108,3 +108,14 @@ def test_bench_multi_agent_quick():
     out = run_quick("bench_multi_agent.py")
     assert "ratio multi-agent/single-agent agent steps/s, 1 client(s)" in out, out
     assert "ERROR" not in out, out
+
+
+def test_bench_sac_quick():
+    # Three short runs (RLlib in-process, ours local, ours served) and the replay ratio with fast and slowed
+    # simulators, each its own Ray or learner: about 80 s on 2 shared cores, mostly starting Ray.
+    out = run_quick("bench_sac.py")
+    for name in ("rllib in-process", "ours local", "ours served"):
+        assert f"  {name} " in out, out
+    for line in ("ratio ours local/in-process env steps", "ratio ours served/in-process seconds",
+                 "ratio measured/asked replay ratio, fast", "ratio measured/asked replay ratio, slowed 20 ms/step"):
+        assert line in out, out
