@@ -277,7 +277,8 @@ def test_transport_counters_that_did_not_grow_reduce_as_if_logged_again():
             theirs.log_value((key, name), {"clients_connected": 2, "weights_seq_no": 1}.get(name, 0),
                              reduce="max", window=1)
         counts = {**{name: snapshot.get(name, 0) for name in _COUNTERS},
-                  **{("errors", code): n for code, n in report["errors"].items()}, "dropped_stale_steps": 0}
+                  **{("errors", code): n for code, n in report["errors"].items()}, "dropped_stale_steps": 0,
+                  "dropped_backlog_steps": 0}
         for name, value in counts.items():
             path = (key, *name) if isinstance(name, tuple) else (key, name)
             theirs.log_value(path, value - last.get(name, 0), reduce="lifetime_sum")
