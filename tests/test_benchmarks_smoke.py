@@ -2,6 +2,9 @@
 
 Only that a benchmark finishes cleanly and prints its ratio lines is checked;
 the numbers themselves depend on the machine and are never asserted.
+Two are left out to keep the suite in its 25 minutes: ``bench_demo.py``
+(its path, ``rlinks demo`` end to end, is run by test_packaging) and
+``bench_sac.py`` (five learners even with ``--quick``: 70 to 180 s).
 """
 
 from __future__ import annotations
@@ -58,17 +61,6 @@ def test_bench_client_quick():
     assert "ratio ours/rllib client steps/s" in out, out
 
 
-def test_bench_demo_quick():
-    # Two iterations on each side (each its own Ray): about 50 s on 2 cores.
-    out = run_quick("bench_demo.py")
-    assert "ratio ours/rllib time to" in out, out
-    assert "s per iteration: ours" in out, out
-    # Issue #14: where the iterations went, beside the learner's own update time.
-    assert "learner update (s)" in out, out
-    for side in ("ours", "rllib"):
-        assert f"ratio {side} s/iteration / learner update time:" in out, out
-
-
 def test_bench_served_quick():
     # Two in-process runners (Ray's RLModule each) and up to 64 client threads: about 60 s on 2 cores; with
     # Godot RL's venv already made (benchmarks/out/godot-venv), its game rounds too: about 30 s more.
@@ -108,14 +100,3 @@ def test_bench_multi_agent_quick():
     out = run_quick("bench_multi_agent.py")
     assert "ratio multi-agent/single-agent agent steps/s, 1 client(s)" in out, out
     assert "ERROR" not in out, out
-
-
-def test_bench_sac_quick():
-    # Three short runs (RLlib in-process, ours local, ours served) and the replay ratio with fast and slowed
-    # simulators, each its own Ray or learner: about 80 s on 2 shared cores, mostly starting Ray.
-    out = run_quick("bench_sac.py")
-    for name in ("rllib in-process", "ours local", "ours served"):
-        assert f"  {name} " in out, out
-    for line in ("ratio ours local/in-process env steps", "ratio ours served/in-process seconds",
-                 "ratio measured/asked replay ratio, fast", "ratio measured/asked replay ratio, slowed 20 ms/step"):
-        assert line in out, out
