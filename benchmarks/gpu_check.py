@@ -4,8 +4,9 @@ Builds the demo's config (``configs/ppo_cartpole.yaml``) twice, with
 ``gpu_num=1`` and with ``gpu_num=0``, starts the demo's dummy clients
 against its runners, trains ``--iters`` iterations each, and prints, for
 the GPU learner: the device of the module's parameters, the CUDA memory
-the learner process allocated (peak), and the time per learner update
-next to the CPU learner's (the ratio CPU / GPU). Usage::
+the learner process allocated (peak), the time per learner update
+next to the CPU learner's (the ratio CPU / GPU; the first iteration, the
+warm-up, apart), and the mean episode return each side reached. Usage::
 
     python benchmarks/gpu_check.py [--iters 5]
 
@@ -39,6 +40,21 @@ def _learner_facts(learner) -> dict:
             "cuda_device": torch.cuda.get_device_name(0) if cuda else ""}
 
 
+def _facts_of_the_learner(algo) -> dict:
+    """:func:`_learner_facts` run where the one learner lives (a Ray actor for the GPU, else here).
+
+    Raises the learner's error if the call failed there.
+    """
+    import ray
+
+    if __name__ != "__main__":  # imported (a test): Ray's workers can't import this file by name
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    (call,) = algo.learner_group.foreach_learner(_learner_facts).result_or_errors
+    if not call.ok:
+        raise call.get()
+    return call.get()
+
+
 def run(gpu_num: int, iters: int) -> dict:
     """Train ``iters`` iterations of the demo's PPO with ``gpu_num`` GPU learners; facts and timings."""
     import ray
@@ -51,32 +67,53 @@ def run(gpu_num: int, iters: int) -> dict:
 
     spec = load_spec(bundled.bundled_config("ppo_cartpole"))
     config = build_algorithm_config(spec, overrides=_overrides(
-        LearnerOptions(config="", port=0, gpu_num=gpu_num)))
+        LearnerOptions(config="", port=0, gpu_num=gpu_num), spec))
     _init_ray(config)
     algo = config.build_algo()
     clients = ClientProcesses(bundled.dummy_client(),
                               [f"{h}:{p}" for _, h, p in runner_addresses(algo)] * 2, print_fn=lambda _: None)
+    # RLlib's own learner_update_timer is a moving average (coefficient 0.01) that barely
+    # leaves its first value, the warm-up (CUDA context, first kernels): time each call here.
+    updates: list[float] = []
+    update = algo.learner_group.update
+
+    def timed_update(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return update(*args, **kwargs)
+        finally:
+            updates.append(time.perf_counter() - started)
+
+    algo.learner_group.update = timed_update
     try:
-        seconds, updates = [], []
+        seconds, returns, trained = [], [], []
         for _ in range(iters):
             started = time.perf_counter()
             result = algo.train()
             seconds.append(time.perf_counter() - started)
-            timer = result.get("timers", {}).get("learner_update_timer") or \
-                result.get("learners", {}).get("__all_modules__", {}).get("learner_update_timer")
-            if timer:
-                updates.append(float(timer))
-        if gpu_num:
-            facts = algo.learner_group.foreach_learner(_learner_facts)
-            facts = facts.result_or_errors[0].get() if hasattr(facts, "result_or_errors") else facts[0]
-        else:
-            facts = _learner_facts(algo.learner_group._learner)
-        return {**facts, "iteration_s": sum(seconds) / len(seconds),
-                "update_s": sum(updates) / len(updates) if updates else float("nan")}
+            returns.append(float(result.get("env_runners", {}).get("episode_return_mean", float("nan"))))
+            # Rows through the network (minibatches x epochs): the runners' batch varies with the backlog.
+            trained.append(float(result.get("learners", {}).get("__all_modules__", {}).get(
+                "num_module_steps_trained", float("nan"))))
+        return {**_facts_of_the_learner(algo), "first_iteration_s": seconds[0], "first_update_s": updates[0],
+                "iteration_s": _mean_after_first(seconds), "update_s": _mean_after_first(updates),
+                "update_s_per_1k_rows": 1000 * sum(updates[1:] or updates) / sum(trained[1:] or trained),
+                "rows_per_update": _mean_after_first(trained),
+                "returns": returns}
     finally:
         clients.stop()
         algo.stop()
         ray.shutdown()
+
+
+def _mean_after_first(values: list[float]) -> float:
+    """The mean without the first value (the warm-up), or the first alone if there is no other."""
+    rest = values[1:] or values
+    return sum(rest) / len(rest)
+
+
+def _rounded(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.1f}" for v in values) + "]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,12 +125,20 @@ def main(argv: list[str] | None = None) -> int:
               "run it on a machine with a GPU and the CUDA build of torch", file=sys.stderr)
         return EXIT_NO_GPU
     gpu = run(1, args.iters)
-    cpu = run(0, args.iters)
     print(f"GPU learner: parameters on {gpu['device']} ({gpu['cuda_device']}), "
-          f"peak CUDA memory {gpu['cuda_peak_mib']:.1f} MiB")
-    print(f"time per learner update: GPU {gpu['update_s'] * 1000:.1f} ms, CPU {cpu['update_s'] * 1000:.1f} ms "
-          f"(CPU/GPU {cpu['update_s'] / gpu['update_s']:.2f}x); per iteration: GPU {gpu['iteration_s']:.2f} s, "
-          f"CPU {cpu['iteration_s']:.2f} s")
+          f"peak CUDA memory {gpu['cuda_peak_mib']:.1f} MiB", flush=True)
+    cpu = run(0, args.iters)
+    print(f"time per learner update (iterations 2..{args.iters}): GPU {gpu['update_s'] * 1000:.1f} ms, "
+          f"CPU {cpu['update_s'] * 1000:.1f} ms (CPU/GPU {cpu['update_s'] / gpu['update_s']:.2f}x); "
+          f"per iteration: GPU {gpu['iteration_s']:.2f} s, CPU {cpu['iteration_s']:.2f} s")
+    print(f"per 1000 rows trained (minibatch rows x epochs; GPU {gpu['rows_per_update']:.0f}, "
+          f"CPU {cpu['rows_per_update']:.0f} rows per update): GPU {gpu['update_s_per_1k_rows'] * 1000:.1f} ms, "
+          f"CPU {cpu['update_s_per_1k_rows'] * 1000:.1f} ms "
+          f"(CPU/GPU {cpu['update_s_per_1k_rows'] / gpu['update_s_per_1k_rows']:.2f}x)")
+    print(f"first iteration (warm-up): update GPU {gpu['first_update_s'] * 1000:.1f} ms, "
+          f"CPU {cpu['first_update_s'] * 1000:.1f} ms; iteration GPU {gpu['first_iteration_s']:.2f} s, "
+          f"CPU {cpu['first_iteration_s']:.2f} s")
+    print(f"mean episode return per iteration: GPU {_rounded(gpu['returns'])}, CPU {_rounded(cpu['returns'])}")
     if not gpu["device"].startswith("cuda"):
         print("gpu_check: the GPU learner's parameters are not on a CUDA device", file=sys.stderr)
         return 1
