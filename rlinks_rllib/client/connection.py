@@ -101,7 +101,7 @@ from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 from ..protocol.messages import MessageType
-from ..protocol.served import act_message, read_act
+from ..protocol.served import ActRows, act_message, read_act
 from ..protocol.window import AckWindow, Batch, seq_range
 from .address import Address, AddressLike, parse_address
 from .directory import fetch_endpoints
@@ -705,8 +705,7 @@ class RLinkClient:
         self._check_open()
         if Extension.SERVED_ACTIONS.value not in self.extensions:
             raise ValueError("act() needs the served_actions extension: offer it in `extensions`")
-        own = taken_mask is not None or train is not None
-        if own and Extension.SERVED_TAKEN.value not in self.extensions:
+        if (taken_mask is not None or train is not None) and Extension.SERVED_TAKEN.value not in self.extensions:
             raise ValueError("act() with taken actions or untrained episodes needs the served_taken extension: "
                              "offer it in `extensions`")
         try:
@@ -718,6 +717,17 @@ class RLinkClient:
         # reconnect only moves envs from open to lost, which the plan treats
         # alike but for the rewriting.
         _plan_act(rows, self._open_envs, self._lost_envs)
+        return self.act_rows(rows)
+
+    def act_rows(self, rows: ActRows) -> ActionsReply:
+        """:meth:`act` for rows already in :func:`~rlinks_rllib.protocol.served.read_act`'s form, unchecked.
+
+        For a caller whose own bookkeeping builds well-formed rows (``EnvClient``'s
+        served mode): the columns are not checked here a second time. Raises as :meth:`act`,
+        but a malformed row is found only by the Connection (``InvalidMessage``) or the runner.
+        """
+        self._check_open()
+        own = rows.taken_mask is not None or rows.train is not None
         # Connect first and check the agreement outside _run, which would
         # close a connection that is fine for everything else.
         if not self._run("act", self._serves_actions):
@@ -743,17 +753,11 @@ class RLinkClient:
             seq_no = self._actions_seq_no
             envs: list[int] = []
             actions: np.ndarray = np.zeros((0,), np.int64)
-            keep = plan.rows if plan.rows is not None else list(range(len(rows)))
-            if keep:
-                sent_obs = rows.obs if plan.rows is None else _take(rows.obs, keep)
-                taken_rows = None if rows.taken_mask is None else _take(rows.taken, keep)
-                link.conn.send_act(
-                    [rows.env[i] for i in keep], sent_obs, rows.reward[keep], plan.start,
-                    rows.terminated[keep], rows.truncated[keep],
-                    taken_mask=None if rows.taken_mask is None else rows.taken_mask[keep], taken=taken_rows,
-                    train=None if rows.train is None else rows.train[keep],
-                    takeover=None if rows.takeover is None else rows.takeover[keep],
-                )
+            sent = rows if plan.rows is None else _kept(rows, plan.rows)
+            if len(sent):
+                link.conn.send_act(sent.env, sent.obs, sent.reward, plan.start, sent.terminated, sent.truncated,
+                                   taken_mask=sent.taken_mask, taken=sent.taken, train=sent.train,
+                                   takeover=sent.takeover)
                 link.write("ACT")
                 answer = link.wait_for(ActionsReceived, "ACTIONS (after our ACT)", hint=_ACT_HINT)
                 envs, actions, seq_no = list(answer.env), np.asarray(answer.actions), int(answer.weights_seq_no)
@@ -1210,6 +1214,18 @@ def _take(obs: Any, rows: list[int]) -> Any:
     if isinstance(obs, np.ndarray):
         return obs[rows]
     return [obs[i] for i in rows]
+
+
+def _kept(rows: ActRows, keep: list[int]) -> ActRows:
+    """Rows ``keep`` of ``rows`` (the plan left some out or rewrote them)."""
+
+    def pick(column: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        return None if column is None else column[keep]
+
+    return ActRows([rows.env[i] for i in keep], _take(rows.obs, keep), rows.reward[keep], rows.start[keep],
+                   rows.terminated[keep], rows.truncated[keep], pick(rows.taken_mask),
+                   None if rows.taken_mask is None else _take(rows.taken, keep), pick(rows.train),
+                   pick(rows.takeover))
 
 
 def _weights(event: StateReceived) -> WeightsUpdate:

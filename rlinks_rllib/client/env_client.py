@@ -360,15 +360,20 @@ class EnvClient:
         envs, rows = self._rows(obs, env)
         if taken is not None and len(taken) != len(envs):
             raise ValueError(f"{len(taken)} actions for {len(envs)} envs")
+        # Each continuing env's observation must be the one last reported: compared all at once.
+        continuing: list[tuple[int, Any, Any]] = []
         for e, row in zip(envs, rows):
             if engine.awaiting_report(e):
                 raise ValueError(f"env {e} acted and its outcome was not reported: call report() before act() again")
             if not engine.is_open(e):
                 engine.start(e, row)
                 self._episode_return[e] = 0.0
-            elif not self._multi_agent and not _same(row, self._last_obs.get(e)):
-                raise ValueError(f"env {e}: act() must take the observation last given to report() "
-                                 "(to start a new episode elsewhere, call start_episode() first)")
+            elif not self._multi_agent:
+                continuing.append((e, row, self._last_obs.get(e)))
+        if continuing and not _all_same(continuing):
+            e = next(e for e, row, last in continuing if not _same(row, last))
+            raise ValueError(f"env {e}: act() must take the observation last given to report() "
+                             "(to start a new episode elsewhere, call start_episode() first)")
         actions = self._call(engine.act, envs, rows, taken, takeover)
         if not takeover:
             self._taking_over.difference_update(envs)
@@ -539,6 +544,8 @@ class EnvClient:
             return [value]
         if type(value) is list:
             column = value
+        elif type(value) is np.ndarray and value.ndim == 1:
+            column = value.tolist()  # Python numbers: cheaper to read one by one than numpy scalars
         elif np.isscalar(value) or isinstance(value, (bool, np.bool_)):
             return [value] * k
         else:
@@ -559,6 +566,20 @@ def _leaf_row(value: Any, i: int) -> Any:
     if isinstance(value, Mapping):
         return {k: _leaf_row(v, i) for k, v in value.items()}
     return value[i]
+
+
+def _all_same(pairs: list[tuple[int, Any, Any]]) -> bool:
+    """Whether each ``(env, obs, last)`` has ``obs`` the same as ``last`` (:func:`_same`); arrays in one comparison.
+
+    Many envs' rows are stacked and compared once (a comparison per env cost more than
+    the rest of a served ``act``); anything that does not stack is compared row by row.
+    """
+    if len(pairs) > 1 and all(type(row) is np.ndarray and type(last) is np.ndarray for _, row, last in pairs):
+        try:
+            return np.array_equal(np.array([row for _, row, _ in pairs]), np.array([last for _, _, last in pairs]))
+        except ValueError:  # rows of different shapes: each compared on its own below
+            pass
+    return all(_same(row, last) for _, row, last in pairs)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -215,8 +215,10 @@ class Link:
             ServerError, ConnectionLost, ProtocolViolation: what arrived says the conversation is over.
         """
         self._drain_events(what)
+        transport = self.transport
         for _ in range(MAX_POLL_READS):
-            if self.transport.at_eof or not self.transport.read_into(self.conn, timeout=0.0, what=what):
+            if transport.at_eof or not transport.readable() or not transport.read_into(self.conn, timeout=0.0,
+                                                                                       what=what):
                 return
             self._drain_events(what)
 

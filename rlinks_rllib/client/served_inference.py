@@ -16,12 +16,14 @@ columns (PROTOCOL.md 10.5.1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..protocol.served import ActRows
 from .local_inference import stack_rows
 from .shared_client import SharedClient
 
@@ -113,25 +115,40 @@ class ServedInference:
         """
         # Nothing changes here until the runner answered: a refused call leaves the rows for the next one.
         # The endings first, then a row per env: a start row, or its reported reward with the observation.
+        # The columns go as ActRows, read_act's form: built here from checked values, not checked again.
         ending = self._endings
-        outcomes = [self._outcome.get(env) for env in envs]
-        stepping = [False] * len(envs)
-        env_column = ending.env + list(envs)
-        columns = (env_column, _stacked(ending.obs + list(rows)),
-                   np.array(ending.reward + [0.0 if o is None else o[0] for o in outcomes], np.float64),
-                   np.array(ending.start + [o is None for o in outcomes], bool),
-                   np.array(ending.terminated + stepping, bool), np.array(ending.truncated + stepping, bool))
         endings = len(ending.env)
-        own: dict[str, Any] = {}
+        outcome = self._outcome
+        if endings:
+            outcomes = [outcome.get(env) for env in envs]
+            env_column = ending.env + envs
+            obs = _stacked(ending.obs + rows)
+            reward = np.array(ending.reward + [0.0 if o is None else o[0] for o in outcomes], np.float64)
+            start = np.array(ending.start + [o is None for o in outcomes], bool)
+            terminated = np.array(ending.terminated + [False] * len(envs), bool)
+            truncated = np.array(ending.truncated + [False] * len(envs), bool)
+        else:
+            env_column, obs = list(envs), _stacked(rows)
+            reward, start = np.zeros(len(envs), np.float64), np.zeros(len(envs), bool)
+            for i, env in enumerate(envs):
+                o = outcome.get(env)
+                if o is None:
+                    start[i] = True
+                else:
+                    reward[i] = o[0]
+            terminated = truncated = np.zeros(len(envs), bool)
+        taken_mask = taken_column = takeover_column = train = None
         if taken is not None:
             actions = [np.asarray(a) for a in taken]
-            own["taken_mask"] = np.arange(len(env_column)) >= endings
-            own["taken"] = np.stack([np.zeros_like(actions[0])] * endings + actions)
+            taken_mask = np.arange(len(env_column)) >= endings
+            taken_column = np.stack([np.zeros_like(actions[0])] * endings + actions)
             if takeover:
-                own["takeover"] = own["taken_mask"]
+                takeover_column = taken_mask
         if self._untrained:
-            own["train"] = np.array([env not in self._untrained for env in env_column])
-        reply = self._client.call(self._client.raw.act, *columns, **own)
+            train = np.array([env not in self._untrained for env in env_column])
+        act_rows = ActRows(env_column, obs, reward, start, terminated, truncated, taken_mask, taken_column, train,
+                           takeover_column)
+        reply = self._client.call(self._client.raw.act_rows, act_rows)
         self._endings = _Rows()
         for env in envs:
             self._outcome.pop(env, None)
@@ -143,13 +160,20 @@ class ServedInference:
         return np.stack([by_env[env] for env in envs])
 
     def report(self, env: int, reward: Any, obs: Any, terminated: Any, truncated: Any) -> bool:
-        """Keep the outcome of ``env``'s last action for the next ``ACT``; return whether its episode ended."""
+        """Keep the outcome of ``env``'s last action for the next ``ACT``; return whether its episode ended.
+
+        Raises:
+            ValueError: ``reward`` is not a finite number (nothing is kept).
+        """
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"env {env}: the reward must be a finite number, got {reward}")
         self._acting.discard(env)
         if terminated or truncated:
             self._endings.add(env, obs, reward, terminated=bool(terminated), truncated=bool(truncated))
             self._open.discard(env)
             return True
-        self._outcome[env] = (float(reward), obs)
+        self._outcome[env] = (reward, obs)
         return False
 
     def after_report(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -136,6 +137,8 @@ class Transport:
         self.websocket: Optional[ClientWebSocket] = None
         #: Held while the WebSocket layer is used to write, so that close() from another thread stays out.
         self._writing = threading.Lock()
+        #: Asks the kernel whether a read would find something, without one (see :meth:`readable`).
+        self._poller: Optional["select.poll"] = None
 
     @classmethod
     def open(
@@ -289,6 +292,22 @@ class Transport:
 
     # ------------------------------------------------------------------
     # Bytes in
+
+    def readable(self) -> bool:
+        """Whether a read would not wait: bytes (or the end, or an error) arrived, or TLS holds some decrypted.
+
+        One ``poll`` system call, where a non-blocking read that finds nothing
+        costs a raised and caught ``BlockingIOError`` too; a ``True`` may still
+        read nothing (a partial TLS record), which :meth:`read_into` reports.
+        """
+        if self.tls and self.sock.pending():
+            return True
+        if self._poller is None:
+            if not hasattr(select, "poll"):  # pragma: no cover - Windows: let the read find out
+                return True
+            self._poller = select.poll()
+            self._poller.register(self.sock, select.POLLIN | select.POLLPRI)
+        return bool(self._poller.poll(0))
 
     def read_into(self, conn: Connection, *, timeout: float, what: str, handshaking: bool = False) -> bool:
         """One read into ``conn``: ``False`` if there was nothing to read (``timeout=0`` polls).

@@ -238,8 +238,9 @@ class InferenceBatcher(Generic[K]):
             self._on_batch(rows, len(batch), result.seconds)
         offset = 0
         again: list[_Request[K]] = []
+        whole = len(batch) == 1  # one client's rows (at one agent, every batch): the result as it is
         for request in batch:
-            part = result.rows(offset, offset + len(request.obs))
+            part = result if whole else result.rows(offset, offset + len(request.obs))
             offset += len(request.obs)
             if request.key in cancelled:
                 continue
