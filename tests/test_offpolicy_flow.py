@@ -228,28 +228,33 @@ def test_a_local_dqn_client_explores_along_the_schedule_at_rllibs_step_count(ray
 
 
 def _send_batches(address: str, batches: int, steps: int) -> tuple[list, object]:
-    """A thread that sends ``batches`` off-policy batches of ``steps`` steps at once, then waits for their ACKs."""
+    """A thread that sends ``batches`` off-policy batches of ``steps`` steps, built beforehand, then waits for ACKs.
+
+    Built beforehand, the batches go out as fast as the ACK window lets them.
+    """
     import threading
 
     from rlinks_rllib.client import RLinkClient
     from rlinks_rllib.client.episode_builder import EpisodeBuilder
 
+    rng = np.random.default_rng(0)
+    builder = EpisodeBuilder()
+    messages = []
+    for _ in range(batches):
+        for _ in range(steps):
+            if builder.episode_id is None:
+                builder.reset(rng.normal(size=4).astype(np.float32))
+            builder.step(int(rng.integers(2)), 1.0, rng.normal(size=4).astype(np.float32),
+                         bool(rng.random() < 1 / 30), False,
+                         extra={"action_logp": np.float32(-0.69), "action_dist_inputs": np.zeros(2, np.float32)})
+        messages.append(builder.take_chunks())
     errors: list = []
 
     def run() -> None:
-        rng = np.random.default_rng(0)
-        builder = EpisodeBuilder()
         try:
             with RLinkClient(address, timeout=30.0) as client:
-                for _ in range(batches):
-                    for _ in range(steps):
-                        if builder.episode_id is None:
-                            builder.reset(rng.normal(size=4).astype(np.float32))
-                        builder.step(int(rng.integers(2)), 1.0, rng.normal(size=4).astype(np.float32),
-                                     bool(rng.random() < 1 / 30), False,
-                                     extra={"action_logp": np.float32(-0.69),
-                                            "action_dist_inputs": np.zeros(2, np.float32)})
-                    client.send_episodes(builder.take_chunks())
+                for chunks in messages:
+                    client.send_episodes(chunks)
                 client.flush()  # every batch confirmed: handed to RLlib or dropped, never left waiting
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
@@ -295,8 +300,8 @@ def test_paced_the_client_waits_for_the_learner_and_nothing_is_dropped(ray_local
         errors, thread = _send_batches("127.0.0.1:%d" % runner.address[1], batches=30, steps=10)
         time.sleep(1.0)
         assert thread.is_alive(), "the client could send everything without the learner taking any"
-        # Reading pauses once the backlog is held; what one read had already brought in still lands.
-        assert runner.get_transport_stats()["inbox_steps"] < 300
+        # Reading pauses once the backlog (20) is held: the batch that filled it is the last to land.
+        assert runner.get_transport_stats()["inbox_steps"] < 20 + 10
         handed = _sample_until(runner, thread, 300)
         thread.join(10)
         assert not errors, errors
@@ -304,6 +309,27 @@ def test_paced_the_client_waits_for_the_learner_and_nothing_is_dropped(ray_local
         assert stats["dropped_backlog_steps"] == 0 and sum(handed) + stats["inbox_steps"] == 300
         assert all(steps <= 10 for steps in handed)
     finally:
+        runner.stop()
+
+
+@pytest.mark.timeout(120)
+def test_paced_every_client_gets_its_turn(ray_local):
+    """A client with more to send than the learner takes does not keep another out of a paced runner."""
+    runner = _dqn_runner(off_policy_backlog="pace", off_policy_backlog_steps=20)
+    address = "127.0.0.1:%d" % runner.address[1]
+    try:
+        greedy_errors, greedy = _send_batches(address, batches=300, steps=10)
+        time.sleep(0.5)  # the greedy client has filled the backlog before the other connects
+        errors, thread = _send_batches(address, batches=5, steps=10)
+        # Taken in turns, the second client's 5 batches are all in long before the first's 300 (3,000 steps):
+        # kept out, they would follow them (3,050).
+        handed = _sample_until(runner, thread, 0)
+        assert not errors and not greedy_errors, (errors, greedy_errors)
+        assert not thread.is_alive() and sum(handed) <= 2000, sum(handed)
+    finally:
+        deadline = time.monotonic() + 60
+        while greedy.is_alive() and time.monotonic() < deadline:
+            runner.sample()
         runner.stop()
 
 

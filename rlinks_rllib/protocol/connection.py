@@ -453,6 +453,11 @@ class Connection:
         return self._decoder.in_frame
 
     @property
+    def events_waiting(self) -> bool:
+        """Whether :meth:`next_event` has something to give without more bytes."""
+        return bool(self._received) or self._error is not None or (self._eof and self.state is not State.CLOSED)
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes of the unfinished frame held so far."""
         return self._decoder.buffered_bytes

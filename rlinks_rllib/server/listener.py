@@ -47,6 +47,7 @@ import concurrent.futures
 import dataclasses
 import errno
 import logging
+import operator
 import socket
 import ssl
 import threading
@@ -90,6 +91,8 @@ _ACCEPT_WARN_EVERY_S = 10.0
 _CUT_WAIT_S = 1.0
 #: The ``client`` of the inbox batches of served episodes (they carry no ``seq``: nothing to confirm).
 _SERVED_CLIENT = "served"
+#: Resumption order after a full inbox drains: the client that waited longest first.
+_LAST_TURN = operator.attrgetter("last_turn")
 
 
 @dataclass
@@ -233,6 +236,8 @@ class RLinkServer:
         self._modules_for = modules_for
         #: The inbox is full and every session's reading paused (served deadlines stop counting).
         self._inbox_full = False
+        #: Messages acted on so far (see ``Session.last_turn``).
+        self._turns = 0
         self._ssl = server_ssl_context(settings)
         self._tls_handshakes: set[asyncio.Task] = set()
         self._sock = self._bind(settings.host, port)
@@ -468,6 +473,8 @@ class RLinkServer:
                 nothing of the message is queued.
         """
         seq = event.seq
+        self._turns += 1
+        session.last_turn = self._turns
         if seq is not None and self.already_held(session.client_id, seq):
             # Resent after a reconnect. Already handed to RLlib: confirm it
             # again; still in the inbox: its ACK comes when sample() takes it.
@@ -489,6 +496,8 @@ class RLinkServer:
         """
         if self._policy is None or self._recorder is None:
             raise IngestError("this runner does not serve actions", code=ErrorCode.SERVER_ERROR)  # never agreed
+        self._turns += 1
+        session.last_turn = self._turns
         rows = event.rows
         obs = self._policy.check_obs(rows)
         taken = None
@@ -692,11 +701,35 @@ class RLinkServer:
         self._release(self.scheduler.extend(steps))
 
     def _resume_all(self) -> None:
+        """The inbox has room again: resume every client, the one that waited longest first.
+
+        Clients that had read messages before the pause act on them in that
+        order, until the inbox is full again; the clients not reached stay
+        paused and come first next time. But a client with nothing read must
+        be read from its socket first: those after it act on theirs only
+        after one round of reads (two turns of the loop), or a fast client's
+        waiting messages would fill the inbox before a slower one is read,
+        every time.
+        """
         self._inbox_full = False
         if self._recorder is not None:
             self._recorder.restart_clocks(time.monotonic())
-        for session in self._sessions:
+        order = sorted(self._sessions, key=_LAST_TURN)
+        first_to_read = len(order)
+        for i, session in enumerate(order):
             session.resume_reading()
+            if first_to_read == len(order) and not session.messages_waiting:
+                first_to_read = i
+        self._act_on_waiting(order[:first_to_read])
+        later = [session for session in order[first_to_read:] if session.messages_waiting]
+        if later:
+            self._loop.call_soon(self._loop.call_soon, self._act_on_waiting, later)
+
+    def _act_on_waiting(self, sessions: list[Session]) -> None:
+        for session in sessions:
+            if self._inbox_full:
+                return
+            session.act_on_waiting()
 
     # -- from RLlib's thread -----------------------------------------------------
 

@@ -165,6 +165,9 @@ class Session(asyncio.BufferedProtocol):
         self.last_activity = self.opened_at
         self.frame_started_at: Optional[float] = None
         self.reading_paused = False
+        #: The host's count of messages acted on when one of this client's last was; the
+        #: client that waited longest is resumed first when a full inbox drains.
+        self.last_turn = 0
         self._transport: Optional[asyncio.Transport] = None
         self._writer: Optional[SharedWriter] = None
         #: Where the next read lands, unless a large body is under way: a small part of the
@@ -246,6 +249,13 @@ class Session(asyncio.BufferedProtocol):
         self._close()
 
     def pause_reading(self) -> None:
+        """Read nothing more, and act on no more of what was read, until resumed.
+
+        Messages already read but not acted on wait in the connection's
+        buffer (one read's worth at most), so a paused client adds nothing
+        to the host past the message that paused it; :meth:`act_on_waiting`
+        takes them up once reading is resumed.
+        """
         if not self.reading_paused and self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()
             self.reading_paused = True
@@ -256,6 +266,16 @@ class Session(asyncio.BufferedProtocol):
             self.reading_paused = False
             self.last_activity = time.monotonic()
             self._watch()
+
+    @property
+    def messages_waiting(self) -> bool:
+        """Whether messages read before a pause wait to be acted on (see :meth:`act_on_waiting`)."""
+        return self.conn.events_waiting
+
+    def act_on_waiting(self) -> None:
+        """Act on the messages read before a pause, if reading is not paused (again)."""
+        if not self.reading_paused and not self._closed:
+            self._handle_events()
 
     def check_deadlines(self, now: float) -> None:
         """Close the connection if a deadline passed; else file it under its next one.
@@ -411,7 +431,8 @@ class Session(asyncio.BufferedProtocol):
         conn = self.conn
         stats = self.host.stats
         try:
-            while not self._closed:
+            # At the end of the stream nothing more will be read: what came is acted on, paused or not.
+            while not self._closed and (eof or not self.reading_paused):
                 event = conn.next_event()
                 if event is None:
                     if self._ws is not None and self._ws.error is not None:
