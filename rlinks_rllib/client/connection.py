@@ -1177,9 +1177,10 @@ def _plan_act(rows: Any, open_envs: set[int], lost_envs: set[int]) -> _ActPlan:
     kept_start: list[bool] = []
     wanting: list[int] = []
     interrupted: list[int] = []
-    ends = ~rows.wants_action
+    ends = (~rows.wants_action).tolist()  # Python bools: read row by row
+    starts = rows.start.tolist()
     for row, env in enumerate(rows.env):
-        start = bool(rows.start[row])
+        start = starts[row]
         if env in lost_after:
             # Its episode was closed when a connection dropped: start it again
             # here, or leave out the row that would have ended it.

@@ -85,7 +85,7 @@ class ObservationCheck:
                 raise IngestError(f"ACT: 'obs' has dtype {obs.dtype}, which cannot become {self.dtype}")
             with np.errstate(over="ignore", invalid="ignore"):
                 obs = obs.astype(self.dtype)
-        if obs.dtype.kind == "f":
+        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
             finite = np.isfinite(obs.reshape(len(rows), -1)).all(axis=1)
             if not finite.all():
                 row = int(np.argmin(finite))
@@ -295,14 +295,14 @@ class ServedRecorder(Generic[K]):
         info = self._clients.get(client)
         if info is not None and info.waiting is not None:
             raise RuntimeError("a second ACT before the first was answered")
-        self._check(info, rows)
+        want = rows.wants_action
+        # Python values for the loops: read_act and ObservationCheck checked them as columns.
+        start, terminated, truncated, wanted = (rows.start.tolist(), rows.terminated.tolist(),
+                                                rows.truncated.tolist(), want.tolist())
+        self._check(info, rows, start, wanted)
         if info is None:
             info = self._clients[client] = _Client(heard_at=now)
         self._uncount(info)
-        want = rows.wants_action
-        # Python values for the loop: read_act and ObservationCheck checked them as columns.
-        start, terminated, truncated, wanted = (rows.start.tolist(), rows.terminated.tolist(),
-                                                rows.truncated.tolist(), want.tolist())
         train = rows.train.tolist() if rows.train is not None else None
         envs = info.envs
         # The rows that complete a step of a trained episode: their episodes and the actions they reported on.
@@ -340,7 +340,7 @@ class ServedRecorder(Generic[K]):
             if not wanted[i]:
                 self._close(info, env_id)
         steps, takeovers = self._log_steps(rows, obs, now, done_rows, serials, answers, answer_rows)
-        want_env = [e for e, w in zip(rows.env, want) if w]
+        want_env = [e for e, w in zip(rows.env, wanted) if w]
         want_obs = obs[want]
         info.waiting, info.waiting_obs = (want_env, want_obs) if want_env else (None, None)
         info.waiting_taken = info.waiting_takeover = None
@@ -464,8 +464,8 @@ class ServedRecorder(Generic[K]):
 
     # -- internals ---------------------------------------------------------------
 
-    def _check(self, info: Optional[_Client], rows: ActRows) -> None:
-        """Refuse an ``ACT`` that can't be applied whole (see :meth:`record`)."""
+    def _check(self, info: Optional[_Client], rows: ActRows, start: list[bool], want: list[bool]) -> None:
+        """Refuse an ``ACT`` that can't be applied whole (see :meth:`record`); ``start``, ``want``: its columns."""
         if len(rows) > 2 * self.max_envs:
             raise IngestError(f"ACT: {len(rows)} rows; this runner serves at most {self.max_envs} envs "
                               "(served_max_envs)", code=ErrorCode.LIMIT_EXCEEDED)
@@ -475,13 +475,12 @@ class ServedRecorder(Generic[K]):
         is_open: dict[int, bool] = {}
         wanting: dict[int, int] = {}
         opened = 0
-        want = rows.wants_action
         for i, env_id in enumerate(rows.env):
             if env_id in wanting:
                 raise IngestError(f"ACT: row {i} is for env {env_id}, whose row {wanting[env_id]} "
                                   "already waits for an action")
             now_open = is_open.get(env_id, env_id in known)
-            if rows.start[i]:
+            if start[i]:
                 opened += 0 if now_open else 1
                 is_open[env_id] = True
                 wanting[env_id] = i
