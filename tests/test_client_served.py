@@ -227,3 +227,38 @@ def test_act_against_a_real_runner_records_the_episodes(ray_local):
         assert stats["served_steps"] == served and stats["errors_total"] == 0
     finally:
         runner.stop()
+
+
+def test_act_rows_sends_what_act_sends(serve):
+    """EnvClient's served mode sends ActRows it built (act_rows): the same ACT as act() with those columns."""
+    from rlinks_rllib.protocol.served import act_message, read_act
+
+    server = serve(extensions=SERVED, on_message=answer_acts(lambda m: [0, 1]))
+    columns = ([3, 4], obs(2, 0.5), [0.0, 0.0], [True, True], [False, False], [False, False])
+    with RLinkClient(server.address, **FAST) as client:
+        by_act = client.act(*columns)
+        by_rows = client.act_rows(read_act(act_message([3, 4], obs(2, 0.5), [1.0, 2.0], [False, False],
+                                                       [False, False], [False, False])))
+    assert by_act.env == by_rows.env == [3, 4] and by_rows.actions.tolist() == [0, 1]
+    first, second = acts(server)
+    assert first.keys() == second.keys() and second["reward"].tolist() == [1.0, 2.0]
+    assert second["start"].tolist() == [False, False] and second["obs"].tolist() == first["obs"].tolist()
+
+
+def test_env_client_served_refuses_a_nan_reward_and_names_an_env_whose_observation_changed(serve):
+    from rlinks_rllib.client import EnvClient
+
+    server = serve(extensions=SERVED, on_message=answer_acts())
+    with EnvClient(server.address, num_envs=3, inference="served", **FAST) as client:
+        client.act(obs(3))
+        with pytest.raises(ValueError, match="env 1: the reward must be a finite number"):
+            client.report([1.0, float("nan"), 1.0], obs(3, 1.0))
+        client.report([2.0, 3.0], obs(2, 1.0), env=[1, 2])  # env 0's outcome was taken before env 1's refusal
+        changed = obs(3, 1.0)
+        changed[2, 0] = 9.0
+        with pytest.raises(ValueError, match=r"env 2: act\(\) must take the observation last given"):
+            client.act(changed)
+        assert client.act(obs(3, 1.0)).tolist() == [1, 1, 1]
+    sent = acts(server)
+    assert len(sent) == 2 and sent[1]["env"] == [0, 1, 2] and sent[1]["reward"].tolist() == [1.0, 2.0, 3.0]
+    assert sent[1]["start"].tolist() == [False, False, False]
