@@ -265,3 +265,31 @@ def test_with_rlinks_secret_set_only_actors_that_know_it_put(monkeypatch):
                        retry_attempts=1).put({"x": np.zeros(3, np.float32)})
     finally:
         dataset.close()
+
+
+def test_camera_images_reach_torch_without_a_copy_and_stay_the_samples_own():
+    """A 480x640x3 sample's body (0.93 MB) is read into a buffer of its own; its tensors are writable views of it."""
+    from rlinks_rllib.training.dataset import _frame_view
+
+    dataset = RLinkDataset(idle_timeout=10, max_samples=3)
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 255, (480, 640, 3), dtype=np.uint8) for _ in range(3)]
+    try:
+        with RLinkActor(dataset.address, timeout=10) as actor:
+            for i, image in enumerate(images):
+                actor.put({"image_0": image, "mask": np.full((50, 100), i, np.uint8), "index": i})
+            got = list(dataset)
+        for i, (sample, image) in enumerate(zip(got, images)):
+            np.testing.assert_array_equal(sample["image_0"].numpy(), image)
+            # Views of one frame, not copies: the mask lies right after the image.
+            gap = sample["mask"].data_ptr() - sample["image_0"].data_ptr()
+            assert image.nbytes < gap < image.nbytes + 256
+            assert sample["image_0"].numpy().flags.writeable and int(sample["index"]) == i
+            sample["image_0"].fill_(7)  # the consumer's to write; no other sample changes
+        for i, sample in enumerate(got):
+            assert int(sample["mask"][0, 0]) == i and int(sample["image_0"].max()) == 7
+    finally:
+        dataset.close()
+    # Arrays backed by bytes (copied out of their frame) are never handed out writable.
+    assert _frame_view(np.frombuffer(b"\x01\x02\x03\x04", np.uint8)) is None
+    assert _frame_view(np.zeros(3)) is None

@@ -25,7 +25,12 @@ ZERO_COPY_MIN_BYTES = 4096
 #: that arrays of at least ``ZERO_COPY_MIN_BYTES`` are views of the body
 #: rather than copies (see ``codec.decode_body``). Below it, copying is cheap
 #: and msgpack's C unpacker is faster than the Python reader that can share.
-ZERO_COPY_MIN_BODY_BYTES = 1024 * 1024
+#: The reader costs ~25 us a body (a few dozen objects); copying costs ~3 us
+#: per 100 KB warm and several times that into fresh pages, so from about
+#: half a MiB sharing wins, and a 480x640x3 camera sample (0.92 MB) shares.
+#: A busy body (an episode batch of many small arrays) gives up after 64
+#: objects and goes to C: no measurable cost (PERFORMANCE.md, samples).
+ZERO_COPY_MIN_BODY_BYTES = 512 * 1024
 
 #: Cap on a frame's body until the handshake (and authentication) is done.
 #: A PING, an AUTH and their offers fit in a few hundred bytes; a stranger

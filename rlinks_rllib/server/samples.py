@@ -64,8 +64,10 @@ SAMPLE_EXTENSIONS = (Extension.ACK.value, Extension.SAMPLES.value)
 _POLL_S = 0.2
 #: Seconds one write to an actor may take.
 _SEND_TIMEOUT_S = 30.0
-#: Bytes read at once for small frames and headers.
-_READ_BYTES = 256 * 1024
+#: Bytes read at once for small frames and headers. A large frame's first read
+#: lands here and is copied into its body buffer; the rest is read straight
+#: into that buffer, so this stays small next to an image (0.9 MB).
+_READ_BYTES = 64 * 1024
 #: Clients whose highest seqs are remembered (for resends after a reconnect).
 _HELD_SEQ_MAX = 65536
 

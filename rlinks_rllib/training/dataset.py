@@ -180,7 +180,10 @@ class RLinkDataset(torch.utils.data.IterableDataset):
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` as a tensor on the device; received arrays are read-only views of their frame."""
         if self.device.type == "cpu":
-            return torch.from_numpy(array if array.flags.writeable else array.copy())
+            if not array.flags.writeable:
+                owned = _frame_view(array)
+                array = array.copy() if owned is None else owned
+            return torch.from_numpy(array)
         with warnings.catch_warnings():
             # Read-only is fine here: .to() copies to the device and the view is dropped.
             warnings.simplefilter("ignore", UserWarning)
@@ -189,6 +192,32 @@ class RLinkDataset(torch.utils.data.IterableDataset):
     def _check_process(self) -> None:
         if os.getpid() != self._pid:
             raise RuntimeError("an RLinkDataset is read in the process that made it: use num_workers=0")
+
+
+def _frame_view(array: np.ndarray) -> Optional[np.ndarray]:
+    """A writable view of ``array`` if it is a view of a received frame's own body buffer, else ``None``.
+
+    A large frame is read into a buffer of its own (an uninitialized uint8
+    array) that the decoder hands over and never reuses, and its large arrays
+    are read-only views of that buffer (``protocol.framing.FrameDecoder``).
+    The sample server hands each sample out once, so the consumer owns that
+    memory: a writable view of the same bytes saves copying an image before
+    ``torch.from_numpy``. Arrays copied out of their frame (small bodies,
+    msgpack's C path) are backed by ``bytes``, which must never be written:
+    for those (and anything else) this returns ``None`` and the caller copies.
+    """
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if not isinstance(base, memoryview) or not isinstance(base.obj, np.ndarray):
+        return None
+    owner = base.obj
+    if not owner.flags.writeable or owner.dtype != np.uint8 or owner.ndim != 1 or not array.flags.c_contiguous:
+        return None
+    offset = array.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    if not 0 <= offset <= owner.nbytes - array.nbytes:
+        return None
+    return np.ndarray(array.shape, array.dtype, buffer=owner, offset=offset, strides=array.strides)
 
 
 class RLinkSyncModel:
