@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 180
 
 
-def run_quick(script: str) -> str:
-    """Run ``benchmarks/<script> --quick``; return its stdout, or fail with its output."""
+def run_quick(script: str, *args: str) -> str:
+    """Run ``benchmarks/<script> --quick *args``; return its stdout, or fail with its output."""
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / script), "--quick"],
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -43,8 +43,14 @@ def run_quick(script: str) -> str:
     return out
 
 
+#: One case of each kind (RLlib's server, our runner with each format, TLS, ACK, images, the raw socket):
+#: the larger client counts and the long episodes run the same code.
+INGEST_SMOKE_CASES = ("rllib,ours-same-1,ours-stacked-1,ours-stacked-4,ours-stacked-4-tls,ours-stacked-4-ack,"
+                      "ours-images,ours-dict-images,raw-images,raw-images-4")
+
+
 def test_bench_ingest_quick():
-    out = run_quick("bench_ingest.py")
+    out = run_quick("bench_ingest.py", "--only", INGEST_SMOKE_CASES)
     for ratio in (
         "ratio ours/rllib, same bytes, 1 client(s)",
         "ratio ours-stacked/rllib, 1 client(s)",

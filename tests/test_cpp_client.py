@@ -87,7 +87,8 @@ def _compiler() -> Optional[str]:
     return os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
 
 
-def _build(name: str, *options: str) -> Path:
+def _build(name: str, *options: str, targets: tuple[str, ...] = ()) -> Path:
+    """Configure and build clients/cpp in build/<name>; only ``targets`` if given (default: all)."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed: the C++ client can't be built")
     if _compiler() is None:
@@ -99,7 +100,8 @@ def _build(name: str, *options: str) -> Path:
         if "OPENSSL" in " ".join(options) and "OpenSSL" in configure.stderr:
             pytest.skip("OpenSSL's development files are not installed: no auth/TLS build of the C++ client")
         pytest.fail(f"cmake could not configure clients/cpp:\n{configure.stdout}\n{configure.stderr}")
-    built = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True, timeout=1200)
+    only = ["--target", *targets] if targets else []
+    built = subprocess.run(["cmake", "--build", str(build), "-j2", *only], capture_output=True, text=True, timeout=1200)
     if built.returncode != 0:
         pytest.fail(f"clients/cpp does not build:\n{built.stdout[-6000:]}\n{built.stderr[-6000:]}")
     return build
@@ -113,8 +115,8 @@ def cpp() -> Path:
 
 @pytest.fixture(scope="session")
 def cpp_openssl() -> Path:
-    """A build with -DRLINKS_WITH_OPENSSL=ON (auth and TLS)."""
-    return _build("cpp-pytest-openssl", "-DRLINKS_WITH_OPENSSL=ON")
+    """A build with -DRLINKS_WITH_OPENSSL=ON (auth and TLS): the library and the CartPole client its tests run."""
+    return _build("cpp-pytest-openssl", "-DRLINKS_WITH_OPENSSL=ON", targets=("cartpole",))
 
 
 def cartpole(build: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
