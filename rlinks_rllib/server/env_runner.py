@@ -70,6 +70,13 @@ _RECORDED = "_rlinks_recorded"
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 
+#: The longest a sample() of IMPALA or APPO waits for a first step while no client is connected: well
+#: within the learner's question to its runners after every iteration (learner.py), which queues behind it.
+_COUNTED_IDLE_WAIT_S = 5.0
+
+#: The longest a sample() waits for IMPALA's or APPO's state server to answer whether it has newer weights.
+_STATE_PULL_TIMEOUT_S = 10.0
+
 #: Least seconds between two log lines about an off-policy backlog being dropped.
 _DROP_LOG_EVERY_S = 60.0
 
@@ -78,6 +85,19 @@ def _is_on_policy(config: Any) -> bool:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     return isinstance(config, PPOConfig)
+
+
+def _counts_results_as_fragments(config: Any) -> bool:
+    """Whether the algorithm counts every ``sample()`` result as one rollout fragment: IMPALA and APPO.
+
+    Their driver packs ``train_batch_size / rollout_fragment_length`` results
+    into one update without looking into them, so a pack of empty results
+    reaches the learner as no episodes at all, and RLlib's learner connector
+    fails on it (``IndexError`` in ``AddOneTsToEpisodesAndTruncate``).
+    """
+    from ray.rllib.algorithms.impala import IMPALAConfig
+
+    return isinstance(config, IMPALAConfig)
 
 
 class RLinkEnvRunner(EnvRunner, Checkpointable):
@@ -117,9 +137,14 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.config.num_envs_per_env_runner
         )
         self.on_policy = _is_on_policy(self.config)
+        #: IMPALA and APPO: a sample() hands over at least one step whenever it can (see sample()).
+        self._counted = _counts_results_as_fragments(self.config)
         self._setup_off_policy_flow()
         #: Set by :meth:`stop_if_idle`: sample() hands nothing over any more (the learner is stopping).
         self._stopped_handing = False
+        #: Set by IMPALA and APPO (``use_env_runner_state_server``, their default): the actor that holds
+        #: their newest weights, which every sample() pulls first (:meth:`_pull_newer_state`).
+        self._env_runner_state_server = None
         # Steps one on-policy update takes from this runner: its share of the
         # train batch, at least one rollout fragment.
         runners = max(1, int(self.config.num_env_runners or 0))
@@ -241,6 +266,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         """
         if self.server is None or self._stopped_handing:
             return []
+        self._pull_newer_state()
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
         # Called again before new weights, after this runner handed over its
         # whole share, the pacer answers quickly for a grace period, then
@@ -250,6 +276,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
         wanted = self._pacer.steps_to_take() if self._credit is None else self._credit.wanted()
+        if self._counted:
+            # IMPALA and APPO hold no replay ratio on sample() calls but count each result as a fragment:
+            # never hand over nothing for a surplus, and wait a while for a first client rather than
+            # answer empty every idle poll (ten empty answers in a row make a pack that fails the learner).
+            wanted = self._target_steps
+            idle_wait_s = min(timeout_s * self.settings.sample_wait_fraction, _COUNTED_IDLE_WAIT_S)
+            plan = dataclasses.replace(plan, wait_s=max(plan.wait_s, idle_wait_s))
         finished = []
         if self._drop_backlog:
             self._drop(self.server.inbox.drop_oldest(self._backlog), finished)
@@ -291,6 +324,28 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             log_sampled(self.metrics, steps, len(finished))
             self.num_env_steps_sampled_lifetime += steps
         return episodes
+
+    def _pull_newer_state(self) -> None:
+        """Take the weights IMPALA or APPO pushed to their state server, if newer than ours.
+
+        With ``use_env_runner_state_server`` (their default) the algorithm
+        never sends weights to its runners: each pulls them at the top of
+        ``sample()``, as RLlib's own runners do. Without this the runner
+        served its first weights for ever and training stalled at a random
+        policy. A server that can't be reached leaves the weights as they are
+        (logged); the next call asks again.
+        """
+        if self._env_runner_state_server is None:
+            return
+        try:
+            state = ray.get(self._env_runner_state_server.pull_if_newer.remote(self._weights_seq_no),
+                            timeout=_STATE_PULL_TIMEOUT_S)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            logger.warning("RLinkEnvRunner %d: no weights from the state server (%s); serving v%d still",
+                           self.worker_index, exc, self._weights_seq_no)
+            return
+        if state is not None:
+            self.set_state(state)
 
     def _count_returns(self, batch: Any, finished: list) -> None:
         """Add ``batch``'s steps to the episode totals; the totals of episodes it ends go to ``finished``."""
