@@ -586,6 +586,8 @@ def _same(a: Any, b: Any) -> bool:
     """Whether two observations are the same (the same object, or equal values)."""
     if a is b:
         return True
+    if type(a) is np.ndarray and type(b) is np.ndarray:  # np.array_equal's rule, without its conversions
+        return a.shape == b.shape and bool(np.asarray(a == b).all())
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, tuple) and isinstance(b, tuple):

@@ -155,7 +155,8 @@ class ServedInference:
         act_rows = ActRows(env_column, obs, reward, start, terminated, truncated, taken_mask, taken_column, train,
                            takeover_column)
         reply = self._client.call(self._client.raw.act_rows, act_rows)
-        self._endings = _Rows()
+        if endings:
+            self._endings = _Rows()
         for env in envs:
             self._outcome.pop(env, None)
         self.weights_seq_no = reply.weights_seq_no
