@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test multihost demo bench fuzz clean
+.PHONY: venv test multihost test-multihost-async demo bench fuzz clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ test: venv
 # The five-host suite alone, printing its numbers as they come.
 multihost: venv
 	$(PY) -m pytest tests -m multihost -s
+
+# APPO with remote runners on the five hosts, to its stop reward (tests/test_multihost_async.py: a few
+# minutes as root; only run when asked for, so neither `make test` nor `make multihost` runs it).
+test-multihost-async: venv
+	$(PY) -m pytest tests/test_multihost_async.py -m multihost_async -s
 
 demo: venv
 	$(PY) -m rlinks_rllib demo

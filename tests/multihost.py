@@ -60,12 +60,14 @@ class Training:
     cluster: nc.Cluster
     sims: list = field(default_factory=list)
     jobs: list = field(default_factory=list)  # (job id, output folder)
+    #: One of ``nc.ALGORITHMS``: the learner's config, and whether the simulators run off-policy.
+    algorithm: str = "PPO"
 
     def submit(self, *, stop_reward: float, stop_iters: int, resume: Optional[str] = None) -> Path:
         job_id = f"learner-{len(self.jobs) + 1}"
         output = self.cluster.work / job_id
-        self.cluster.ray.submit(job_id, self.cluster.learner(output, stop_reward=stop_reward,
-                                                             stop_iters=stop_iters, resume=resume))
+        self.cluster.ray.submit(job_id, self.cluster.learner(output, stop_reward=stop_reward, stop_iters=stop_iters,
+                                                             resume=resume, algorithm=self.algorithm))
         self.jobs.append((job_id, output))
         return output
 
@@ -116,6 +118,13 @@ class Training:
         books = {"sent": self.sent(), "confirmed": self.confirmed(), "trained": self.trained()}
         assert books["confirmed"] <= books["sent"], books
         return books
+
+    def start_simulators(self, per_host: int) -> list:
+        """``per_host`` simulators on each simulator host, given the directory only (off-policy if the algorithm is)."""
+        cluster = self.cluster
+        self.sims = nc.start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory, per_host,
+                                        algorithm=self.algorithm)
+        return self.sims
 
     def on(self, address: str) -> list:
         """The simulators whose last progress line named a runner at ``address``."""

@@ -15,9 +15,10 @@ veth pairs to a bridge::
 
 ``rlinks learner`` goes in with ``ray job submit``. TLS and the shared
 secret are on for every port (one CA, one secret, made per run), set up as
-``docs/SECURITY.md`` tells users to. The script trains PPO on CartPole to
-the stop reward, prints every simulator's steps sent and confirmed, and
-removes everything it made: the processes it started (by process group,
+``docs/SECURITY.md`` tells users to. The script trains PPO on CartPole
+(``--algorithm APPO``: APPO, its simulators off-policy) to the stop
+reward, prints every simulator's steps sent and confirmed, and removes
+everything it made: the processes it started (by process group,
 then whatever is left inside its own namespaces), the namespaces and the
 bridge. It never runs ``ray stop`` and never touches another Ray on the
 machine (its Ray lives in its own namespaces, with its own temp dirs).
@@ -315,14 +316,10 @@ def make_credentials(directory: Path, addresses: Sequence[str]) -> dict[str, str
             "key": str(directory / "learner.key"), "secret": str(secret)}
 
 
-def write_learner_config(path: Path, credentials: dict[str, str], *, stop_reward: float, stop_iters: int) -> Path:
-    """PPO on CartPole, runners on every interface, TLS and the secret on every port, runners restarted."""
-    path.write_text(f"""\
-# Written by examples/cluster/netns_cluster.py for one run.
-description: PPO on CartPole-v1 across five hosts, TLS and auth on every port
-algorithm: PPO
-spaces:
-  from_env: CartPole-v1
+#: The algorithms the cluster trains: the config's ``training``/``model`` sections, and whether its
+#: simulators run off-policy (``--off-policy``: batches sent whenever they have them).
+ALGORITHMS = {
+    "PPO": ("""\
 training:
   lr: 0.0005
   train_batch_size_per_learner: 2000
@@ -333,10 +330,38 @@ training:
 model:
   fcnet_hiddens: [64, 64]
   fcnet_activation: tanh
-env_runners:
+""", False),
+    # configs/appo_cartpole.yaml's settings; its learner is local (num_learners: 0 below) as PPO's is.
+    "APPO": ("""\
+training:
+  lr: 0.0005
+  vf_loss_coeff: 0.05
+  entropy_coeff: 0.0
+  train_batch_size_per_learner: 500
+  grad_clip: 40.0
+model:
+  fcnet_hiddens: [64, 64]
+  vf_share_layers: true
+""", True),
+}
+
+
+def write_learner_config(path: Path, credentials: dict[str, str], *, stop_reward: float, stop_iters: int,
+                         algorithm: str = "PPO") -> Path:
+    """``algorithm`` (one of :data:`ALGORITHMS`) on CartPole, runners on every interface, TLS and the secret on
+    every port, runners restarted."""
+    training, off_policy = ALGORITHMS[algorithm]
+    fragment = "  rollout_fragment_length: 50\n" if off_policy else ""
+    path.write_text(f"""\
+# Written by examples/cluster/netns_cluster.py for one run.
+description: {algorithm} on CartPole-v1 across five hosts, TLS and auth on every port
+algorithm: {algorithm}
+spaces:
+  from_env: CartPole-v1
+{training}env_runners:
   num_env_runners: 2
   sample_timeout_s: 10
-learners:
+{fragment}learners:
   num_learners: 0
 fault_tolerance:
   restart_failed_env_runners: true
@@ -532,8 +557,11 @@ class Simulator:
 
 
 def start_simulators(net: Network, procs: Processes, credentials: dict[str, str], directory: str,
-                     per_host: int, *, timeout_s: float = 60) -> list[Simulator]:
-    """``per_host`` reliable dummy clients on each simulator host, given ``tls://directory`` only."""
+                     per_host: int, *, timeout_s: float = 60, algorithm: str = "PPO") -> list[Simulator]:
+    """``per_host`` reliable dummy clients on each simulator host, given ``tls://directory`` only.
+
+    Off-policy (``--off-policy``) where ``algorithm`` is (see :data:`ALGORITHMS`).
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     env.pop("RLINKS_SECRET", None)
     sims = []
@@ -543,7 +571,7 @@ def start_simulators(net: Network, procs: Processes, credentials: dict[str, str]
             argv = net.argv(host, sys.executable, "-u", str(DUMMY_CLIENT), "--address", f"tls://{directory}",
                             "--ca-file", credentials["ca"], "--secret-file", credentials["secret"], "--reliable",
                             "--timeout", str(timeout_s), "--retry-attempts", "60", "--max-steps", "100000000",
-                            "--report-every", "0.5")
+                            "--report-every", "0.5", *(["--off-policy"] if ALGORITHMS[algorithm][1] else []))
             sim = Simulator(name, host, procs.start(f"sim-{name}", argv, env, pipe=True),
                             log=procs.log_dir / f"sim-{name}.log")
             threading.Thread(target=sim.read, name=f"read-{name}", daemon=True).start()
@@ -673,10 +701,10 @@ class Cluster:
         return f"{self.net.hosts['head'].address}:{BASE_PORT}"
 
     def learner(self, output: Path, *, stop_reward: float, stop_iters: int, resume: Optional[str] = None,
-                checkpoint_every: int = 1) -> list[str]:
+                checkpoint_every: int = 1, algorithm: str = "PPO") -> list[str]:
         """The ``rlinks learner`` entrypoint for a job."""
         config = write_learner_config(self.work / "learner.yaml", self.credentials, stop_reward=stop_reward,
-                                      stop_iters=stop_iters)
+                                      stop_iters=stop_iters, algorithm=algorithm)
         argv = ["rlinks", "learner", "--config", str(config), "--output", str(output),
                 "--checkpoint-every", str(checkpoint_every)]
         return argv + (["--resume", resume] if resume else [])
@@ -712,6 +740,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--stop-iters", type=int, default=40)
     parser.add_argument("--sims-per-host", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600, help="seconds the job may take")
+    parser.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="PPO")
     args = parser.parse_args(argv)
     reason = unavailable_reason()
     if reason:
@@ -722,9 +751,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"logs in {cluster.work}")
         output = cluster.work / "output"
         cluster.ray.submit("learner", cluster.learner(output, stop_reward=args.stop_reward,
-                                                      stop_iters=args.stop_iters))
+                                                      stop_iters=args.stop_iters, algorithm=args.algorithm))
         sims = start_simulators(cluster.net, cluster.procs, cluster.credentials, cluster.directory,
-                                args.sims_per_host)
+                                args.sims_per_host, algorithm=args.algorithm)
         print(f"simulators on {', '.join(SIMULATOR_HOSTS)} given tls://{cluster.directory} only")
         status = cluster.ray.wait_job("learner", args.timeout)
         print(cluster.ray.job_logs("learner")[-4000:])
