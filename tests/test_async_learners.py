@@ -33,11 +33,12 @@ def _shipped(tmp_path: Path, name: str, **stop) -> str:
     return str(path)
 
 
-#: Below the shipped config's 150 (about 80 s of training here): 100 comes in about half the time.
-TARGET = 100
+#: Below the shipped config's 150 (about 80 s of training here), to keep the suite short, and far above
+#: what a random policy plays (about 22): a runner that serves its first weights for ever stays there.
+TARGET = 60
 
 
-def test_impala_with_two_remote_runners_reaches_100(tmp_path):
+def test_impala_with_two_remote_runners_learns(tmp_path):
     """The shipped IMPALA config: two remote runners, the weights reach the clients, the target is met."""
     run = train_through_cli(tmp_path, ["--config", _shipped(tmp_path, "impala_cartpole", reward=TARGET)],
                             ["-n", "2", "--", "--off-policy", "--max-steps", "1000000000"], timeout_s=420)
