@@ -164,8 +164,7 @@ def test_appo_trains_off_policy_with_our_clients(ray_local):
         APPOConfig()
         .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
                      env_config={"port": 0})
-        # The driver's runner serves: APPO with remote runners stalls on a 2-core box with
-        # RLlib's own SingleAgentEnvRunner too.
+        # The driver's runner serves (remote runners: configs/appo_cartpole.yaml, tests/test_async_learners.py).
         .env_runners(env_runner_cls=RLinkEnvRunner, num_env_runners=0, rollout_fragment_length=50)
         .training(lr=5e-4, vf_loss_coeff=0.05, entropy_coeff=0.0, train_batch_size_per_learner=500)
         .reporting(min_time_s_per_iteration=0.5)
