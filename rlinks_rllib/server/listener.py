@@ -49,7 +49,6 @@ import errno
 import logging
 import operator
 import socket
-import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -72,6 +71,7 @@ from .session import READ_BUFFER_BYTES, Session
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
 from .takeover import Takeovers
+from .tls import server_ssl_context  # moved to tls.py (shared with the sample server); re-exported
 
 __all__ = ["RLinkServer", "ServerStats", "Ingest", "SeqBatch", "server_ssl_context", "exposure_warning"]
 
@@ -128,27 +128,6 @@ def exposure_warning(settings: RLinkSettings, *, authenticated: bool, address: t
         "Set RLINKS_SECRET (or the setting auth_secret_file) on the runners, and tls_cert_file/tls_key_file;\n"
         f"see docs/SECURITY.md.\n{bar}"
     )
-
-
-def server_ssl_context(settings: RLinkSettings) -> Optional[ssl.SSLContext]:
-    """The TLS context the settings ask for; ``None`` for plain TCP.
-
-    TLS 1.2 at least; with ``tls_client_ca_file`` every client must present
-    a certificate that CA signed.
-
-    Raises:
-        OSError: a certificate or key file can't be read.
-        ssl.SSLError: a file is not a valid PEM certificate or key, or the key doesn't match.
-    """
-    if not settings.tls:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
-    if settings.tls_client_ca_file:
-        context.load_verify_locations(cafile=settings.tls_client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 class RLinkServer:
