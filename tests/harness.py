@@ -141,11 +141,13 @@ class CliRun:
 
 
 def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list[str],
-                      timeout_s: float = 600, more_clients: list[list[str]] = ()) -> CliRun:
+                      timeout_s: float = 600, more_clients: list[list[str]] = (),
+                      clients_after_s: float = 0.0) -> CliRun:
     """``rlinks learner ARGS`` on free ports, then ``rlinks client --address <its directory> ARGS``.
 
     Each of ``more_clients`` starts one more ``rlinks client`` group with those arguments;
-    :attr:`CliRun.client_out` holds what every group printed.
+    :attr:`CliRun.client_out` holds what every group printed. The clients start
+    ``clients_after_s`` seconds after the learner listens.
 
     Waits until the learner exits (its stop rule) or *timeout_s* passes
     (an assertion); clients that fail end the wait at once. The learner gets
@@ -167,6 +169,12 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
             address = json.loads((output / "directory.json").read_text())
         else:  # the driver's own runner serves (num_env_runners: 0): no directory
             address = json.loads((output / "endpoints.json").read_text())[0]
+        if clients_after_s:
+            # The learner must live through the wait (a dead one fails the test at once).
+            until = time.monotonic() + clients_after_s
+            while time.monotonic() < until:
+                assert learner.poll() is None, (tmp_path / "learner.log").read_text()[-3000:]
+                time.sleep(0.5)
         clients = [subprocess.Popen(
             [*RLINKS, "client", "--address", f"{address['host']}:{address['port']}", *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -87,7 +87,7 @@ def _is_on_policy(config: Any) -> bool:
     return isinstance(config, PPOConfig)
 
 
-def _counts_results_as_fragments(config: Any) -> bool:
+def counts_results_as_fragments(config: Any) -> bool:
     """Whether the algorithm counts every ``sample()`` result as one rollout fragment: IMPALA and APPO.
 
     Their driver packs ``train_batch_size / rollout_fragment_length`` results
@@ -138,7 +138,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         )
         self.on_policy = _is_on_policy(self.config)
         #: IMPALA and APPO: a sample() hands over at least one step whenever it can (see sample()).
-        self._counted = _counts_results_as_fragments(self.config)
+        self._counted = counts_results_as_fragments(self.config)
         self._setup_off_policy_flow()
         #: Set by :meth:`stop_if_idle`: sample() hands nothing over any more (the learner is stopping).
         self._stopped_handing = False

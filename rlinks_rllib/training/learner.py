@@ -150,6 +150,38 @@ def _live_runners(algo) -> list:
     return sorted((e for e in found if e is not None), key=lambda e: e.worker_index)
 
 
+#: Seconds between two looks for a simulator while IMPALA or APPO waits for one (:func:`_wait_for_a_simulator`).
+_SIMULATOR_POLL_S = 1.0
+
+
+def _wait_for_a_simulator(algo, directory, terminated: threading.Event, print_fn: Callable[[str], None]) -> bool:
+    """Hold IMPALA's or APPO's next iteration until a simulator is connected; ``False`` on SIGTERM.
+
+    They count every ``sample()`` result as a rollout fragment and pack ten
+    or so into one update without looking into them. With no simulator
+    every result is empty (the runners can only wait a few seconds for one,
+    see ``server/env_runner.py``), and a pack of empty results fails
+    RLlib's learner (``IndexError`` in ``AddOneTsToEpisodesAndTruncate``):
+    the learner died some 25 s after its last simulator left. So between
+    iterations, with no simulator on any runner, nothing is sampled.
+    """
+    said = False
+    while not terminated.is_set():
+        runners = _live_runners(algo)
+        if directory is not None:
+            directory.update(runners)
+        if any(endpoint.clients for endpoint in runners):
+            if said:
+                print_fn("a simulator connected: training goes on")
+            return True
+        if not said:
+            print_fn(f"no simulator connected: {algo.config.algo_class.__name__} waits for one before "
+                     "its next iteration")
+            said = True
+        terminated.wait(_SIMULATOR_POLL_S)
+    return False
+
+
 def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Callable[[str], None]):
     """The one address for simulators, on the base port, when there are remote runners."""
     from ..server.directory import Directory, Endpoint
@@ -424,9 +456,14 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
            output: Path, stop_reward: Optional[float], stop_iters: int, terminated: threading.Event,
            print_fn: Callable[[str], None]) -> list[dict]:
     """The training loop: until the stop reward, the iteration cap, or SIGTERM (after the iteration under way)."""
+    from ..server.env_runner import counts_results_as_fragments
+
     started = time.monotonic()
     times = IterationTimes()
+    wait_for_simulators = not is_offline(algo.config) and counts_results_as_fragments(algo.config)
     for iteration in range(1, stop_iters + 1):
+        if wait_for_simulators and not _wait_for_a_simulator(algo, directory, terminated, print_fn):
+            break  # SIGTERM while no simulator was connected
         try:
             result = algo.train()
         except _StoppedWaiting:
