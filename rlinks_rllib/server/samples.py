@@ -20,6 +20,13 @@ One thread per connection (bounded by ``max_clients``) drives a protocol
 :class:`~..protocol.connection.Connection`; a large body is read straight
 into its final buffer. Bad input from one actor ends that connection with
 an ``ERROR`` and a log line; other actors are unaffected.
+
+With TLS (``tls_cert_file``) that thread also runs the TLS handshake, bounded
+by ``handshake_timeout``. An OpenSSL connection must not be read and written
+from two threads at once, and the consumer's thread writes ``ACK`` messages while
+the connection's thread reads: so a TLS socket is non-blocking and every call
+on it (handshake, read, write) is made under the session's lock, waiting in
+``select()`` outside it. Plain TCP keeps blocking writes and lock-free reads.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import collections
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -35,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from .._version import SERVER_AGENT
+from ..protocol.auth import Secret, normalize_secret
 from ..protocol.connection import (
     ConfigRequested,
     ConnectionClosed,
@@ -53,6 +62,7 @@ from ..protocol.weights import build_state
 from .inbox import Batch, Inbox
 from .settings import is_loopback
 from .stats import LogLimiter
+from .tls import tls_server_context
 
 __all__ = ["SampleServer", "SampleStats", "LearnerNode", "SAMPLE_EXTENSIONS"]
 
@@ -68,6 +78,8 @@ _SEND_TIMEOUT_S = 30.0
 #: lands here and is copied into its body buffer; the rest is read straight
 #: into that buffer, so this stays small next to an image (0.9 MB).
 _READ_BYTES = 64 * 1024
+#: Seconds a connection whose TLS handshake failed is drained before it is closed.
+_LINGER_S = 1.0
 #: Clients whose highest seqs are remembered (for resends after a reconnect).
 _HELD_SEQ_MAX = 65536
 
@@ -90,23 +102,73 @@ class SampleStats:
     duplicates: int = 0
     refused: int = 0
     bytes_received: int = 0
+    tls_handshakes_failed: int = 0
+
+
+def _wait_ready(sock: socket.socket, want_write: bool, timeout: float) -> None:
+    """Wait up to ``timeout`` s for ``sock`` to be writable (``want_write``) or readable.
+
+    A socket another thread closed meanwhile returns at once: the caller's
+    next call on it, under the session's lock, sees ``closed``.
+    """
+    socks = [sock]
+    try:
+        select.select([] if want_write else socks, socks if want_write else [], [], timeout)
+    except (OSError, ValueError):  # closed: fileno() is -1 or no longer open
+        return
 
 
 class _Session:
-    """One actor's connection: its socket, its Connection, and a lock for writes from two threads."""
+    """One actor's connection: its socket, its Connection, and a lock for writes from two threads.
 
-    def __init__(self, sock: socket.socket, peer: Any, conn: Connection) -> None:
+    With TLS (``tls``) the lock covers reads too (see the module's docstring).
+    """
+
+    def __init__(self, sock: socket.socket, peer: Any, conn: Connection, *, tls: bool = False) -> None:
         self.sock = sock
-        sock.settimeout(_SEND_TIMEOUT_S)  # a peer that stops reading can't hold a write forever
+        self.tls = tls
+        if tls:
+            sock.setblocking(False)
+        else:
+            sock.settimeout(_SEND_TIMEOUT_S)  # a peer that stops reading can't hold a write forever
         self.peer = peer
         self.conn = conn
         self.client_id = f"anon-{uuid.uuid4().hex[:12]}"
         self.lock = threading.Lock()
         self.closed = False
+        #: TLS only: a write timed out mid-record; the reader thread ends the connection.
+        self.broken = False
+        #: TLS only: the handshake is done (before it, an ``ERROR`` can't be sent: the socket is just closed).
+        self.tls_ready = False
 
     def flush_locked(self) -> None:
+        """Send what the connection has to send (the caller holds :attr:`lock`).
+
+        Raises:
+            OSError: the peer is gone; TimeoutError: it read nothing for ``_SEND_TIMEOUT_S``.
+        """
+        if self.tls:
+            for part in self.conn.data_to_send():
+                self._send_tls_locked(part)
+            return
         for part in self.conn.data_to_send():
             self.sock.sendall(part)
+
+    def _send_tls_locked(self, data: Any) -> None:
+        view = memoryview(data).cast("B")  # counted in bytes, whatever the buffer's items
+        deadline = time.monotonic() + _SEND_TIMEOUT_S
+        while view:
+            try:
+                view = view[self.sock.send(view):]
+                continue
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                wait_write = True
+            except ssl.SSLWantReadError:  # a TLS 1.3 key update: the peer's record first
+                wait_write = False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the actor read nothing for {_SEND_TIMEOUT_S:g} s")
+            _wait_ready(self.sock, wait_write, left)
 
     def send_ack(self, seq: int) -> None:
         """Confirm ``seq``; a connection that just went away is left to its reader thread."""
@@ -117,6 +179,10 @@ class _Session:
                 self.conn.send_ack(seq)
                 self.flush_locked()
             except (OSError, LocalProtocolError) as exc:
+                # A TLS write that timed out left part of a record on the stream: nothing more can be said on it.
+                # (Any other failure: the reader still takes what the actor sent before it went.)
+                if self.tls and isinstance(exc, TimeoutError):
+                    self.broken = True
                 logger.debug("samples: ACK %d to %s not sent: %s", seq, self.client_id, exc)
 
 
@@ -128,11 +194,18 @@ class SampleServer:
         max_clients: connections held at once; one more gets ``ERROR limit_exceeded``.
         max_buffer_samples, max_buffer_bytes: what the inbox holds before reading pauses.
         max_frame_bytes: largest frame an actor may send.
-        handshake_timeout: seconds a new connection has to finish its ``PING``.
+        handshake_timeout: seconds a new connection has to finish its TLS handshake and its ``PING``.
         secret: shared secret (``protocol.auth``) actors must prove they know; ``None``: none.
+        tls_cert_file: PEM certificate chain of the server; setting it switches TLS on (actors
+            connect to ``tls://HOST:PORT``).
+        tls_key_file: PEM private key of that certificate (``None`` if it is in ``tls_cert_file``).
+        tls_client_ca_file: PEM CA bundle; when set, every actor must present a certificate it signed.
 
     Raises:
-        ValueError: a bound is not positive.
+        ValueError: a bound is not positive, a TLS file is given without ``tls_cert_file``, or the
+            secret is too short or too long.
+        OSError: the port is taken, or a TLS file can't be read.
+        ssl.SSLError: a TLS file is not a valid PEM certificate or key, or the key doesn't match.
     """
 
     def __init__(
@@ -145,8 +218,13 @@ class SampleServer:
         max_buffer_bytes: int = 512 * 1024 * 1024,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         handshake_timeout: float = 10.0,
-        secret: Optional[bytes] = None,
+        secret: Optional[Secret] = None,
+        tls_cert_file: Optional[str] = None,
+        tls_key_file: Optional[str] = None,
+        tls_client_ca_file: Optional[str] = None,
     ) -> None:
+        if (tls_key_file or tls_client_ca_file) and not tls_cert_file:
+            raise ValueError("tls_key_file and tls_client_ca_file need tls_cert_file")
         for name, value in (("max_clients", max_clients), ("max_buffer_samples", max_buffer_samples),
                             ("max_buffer_bytes", max_buffer_bytes), ("max_frame_bytes", max_frame_bytes)):
             if type(value) is not int or value < 1:
@@ -156,7 +234,8 @@ class SampleServer:
         self.max_frame_bytes = max_frame_bytes
         self.handshake_timeout = handshake_timeout
         self.stats = SampleStats()
-        self._secret = secret
+        self._secret = None if secret is None else normalize_secret(secret)
+        self._ssl = tls_server_context(tls_cert_file, tls_key_file, tls_client_ca_file) if tls_cert_file else None
         self._room = threading.Condition()
         self.inbox = Inbox(max_buffer_samples, max_buffer_bytes, on_drained=self._drained)
         self._lock = threading.Lock()
@@ -183,15 +262,21 @@ class SampleServer:
         """``HOST:PORT`` for actors."""
         return f"{self.host}:{self.port}"
 
+    @property
+    def tls(self) -> bool:
+        """Whether actors must connect with ``tls://``."""
+        return self._ssl is not None
+
     def start(self) -> "SampleServer":
         if not is_loopback(self.host):
             if self._secret is None:
                 logger.warning("rlinks: the sample server listens on %s, BEYOND LOOPBACK, WITHOUT AUTHENTICATION: "
                                "anyone who can reach the port can feed your training loop. Set RLINKS_SECRET "
                                "(docs/SECURITY.md)", self.address)
-            else:
+            elif self._ssl is None:
                 logger.warning("rlinks: the sample server listens on %s beyond loopback without TLS: anyone on "
-                               "the network path can read the samples and the model (docs/SECURITY.md)",
+                               "the network path can read the samples and the model; set tls_cert_file "
+                               "(docs/SECURITY.md)",
                                self.address)
         self._accept_thread.start()
         return self
@@ -286,7 +371,7 @@ class SampleServer:
                 continue
             conn = Connection(Role.SERVER, extensions=SAMPLE_EXTENSIONS, agent=SERVER_AGENT, secret=self._secret,
                               max_frame_bytes=self.max_frame_bytes)
-            session = _Session(sock, peer, conn)
+            session = _Session(sock, peer, conn, tls=self._ssl is not None)
             with self._lock:
                 full = len(self._sessions) >= self.max_clients
                 if not full:
@@ -306,6 +391,8 @@ class SampleServer:
     def _serve(self, session: _Session) -> None:
         reason = "closed"
         try:
+            if session.tls and not self._tls_handshake(session):
+                return
             reason = self._read_loop(session)
         except ProtocolError as exc:
             self.stats.refused += 1
@@ -328,27 +415,105 @@ class SampleServer:
         small = bytearray(_READ_BYTES)
         handshake_by = time.monotonic() + self.handshake_timeout
         while not self._stopping.is_set():
+            if session.broken:
+                return "a write to the actor failed"
             if conn.handshaking and time.monotonic() > handshake_by:
                 self._end(session, ErrorCode.LIMIT_EXCEEDED, f"no handshake within {self.handshake_timeout:g} s")
                 return "handshake timeout"
-            readable, _, _ = select.select([sock], [], [], _POLL_S)
-            if not readable:
-                continue
-            target = conn.read_buffer()
+            if session.tls:
+                target = conn.read_buffer()
+                n = self._recv_tls(session, small if target is None else target)
+                if n is None:
+                    continue
+            else:
+                readable, _, _ = select.select([sock], [], [], _POLL_S)
+                if not readable:
+                    continue
+                target = conn.read_buffer()
+                n = sock.recv_into(small if target is None else target)
             if target is not None:
-                n = sock.recv_into(target)
                 if n:
                     conn.received_into(n)
-            else:
-                n = sock.recv_into(small)
-                if n:
-                    conn.receive_data(memoryview(small)[:n])
+            elif n:
+                conn.receive_data(memoryview(small)[:n])
             if not n:
                 conn.receive_eof()
             ended = self._handle_events(session)
             if ended:
                 return ended
         return "server stopping"
+
+    def _tls_handshake(self, session: _Session) -> bool:
+        """Run the TLS handshake on ``session``'s socket; ``False`` if it failed (counted and logged).
+
+        Bounded by ``handshake_timeout``; every SSL call is made under the
+        session's lock, the waiting outside it.
+        """
+        assert self._ssl is not None
+        deadline = time.monotonic() + self.handshake_timeout
+        try:
+            with session.lock:
+                if session.closed:
+                    return False
+                session.sock = self._ssl.wrap_socket(session.sock, server_side=True, do_handshake_on_connect=False)
+            while not self._stopping.is_set():
+                with session.lock:
+                    if session.closed:
+                        return False
+                    try:
+                        session.sock.do_handshake()
+                        session.tls_ready = True
+                        return True
+                    except ssl.SSLWantReadError:
+                        want_write = False
+                    except ssl.SSLWantWriteError:
+                        want_write = True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no TLS handshake within {self.handshake_timeout:g} s")
+                _wait_ready(session.sock, want_write, min(left, _POLL_S))
+        except OSError as exc:  # ssl.SSLError (a bad certificate, not TLS at all), the timeout, a reset
+            self.stats.tls_handshakes_failed += 1
+            if self._log_limiter.allow():
+                logger.warning("samples: TLS handshake with %s failed: %s", session.peer, exc)
+            self._linger(session)
+        return False
+
+    @staticmethod
+    def _linger(session: _Session) -> None:
+        """Half-close, then read and drop what the peer still sends, for at most ``_LINGER_S``.
+
+        Closing with its bytes unread (the ``PING`` right after a TLS 1.3
+        handshake) would reset the connection, and the peer would lose the
+        TLS alert that says why it was refused (no client certificate).
+        """
+        sock = session.sock
+        deadline = time.monotonic() + _LINGER_S
+        try:
+            sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS state here: plain reads from now on
+            while not session.closed and time.monotonic() < deadline:
+                try:
+                    if not sock.recv(_READ_BYTES):
+                        return
+                except BlockingIOError:
+                    _wait_ready(sock, False, max(0.0, min(_POLL_S, deadline - time.monotonic())))
+        except OSError as exc:
+            logger.debug("samples: %s gone after its failed TLS handshake: %s", session.peer, exc)
+
+    @staticmethod
+    def _recv_tls(session: _Session, buffer: memoryview | bytearray) -> Optional[int]:
+        """Bytes read into ``buffer`` (0: the actor closed), or ``None`` if none came within ``_POLL_S``."""
+        with session.lock:
+            if session.closed:
+                return 0
+            try:
+                return session.sock.recv_into(buffer)
+            except ssl.SSLWantReadError:
+                want_write = False
+            except ssl.SSLWantWriteError:  # a renegotiation or key update wants to write first
+                want_write = True
+        _wait_ready(session.sock, want_write, _POLL_S)
+        return None
 
     def _handle_events(self, session: _Session) -> Optional[str]:
         """Handle every event read so far; the reason the conversation ended, if it did."""
@@ -431,7 +596,7 @@ class SampleServer:
     def _end(self, session: _Session, code: Any, reason: str) -> None:
         """Send ``ERROR`` (if none was yet) and close the socket."""
         with session.lock:
-            if not session.closed:
+            if not session.closed and (session.tls_ready or not session.tls):
                 try:
                     session.conn.send_error(code, reason)
                     session.flush_locked()

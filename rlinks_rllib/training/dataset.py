@@ -63,11 +63,14 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
         max_samples: end an iteration after this many samples; ``None``: never.
         server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments; its
-            ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it).
+            ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it);
+            ``tls_cert_file`` (with ``tls_key_file``, and ``tls_client_ca_file`` to require client
+            certificates) switches TLS on: actors connect to ``tls://HOST:PORT`` (docs/DATASET.md).
 
     Raises:
         ValueError: both ``port`` and ``base_port``, or a bad bound.
-        OSError: the port is taken.
+        OSError: the port is taken, or a TLS file can't be read.
+        ssl.SSLError: a TLS file is not a valid PEM certificate or key.
     """
 
     def __init__(
