@@ -13,11 +13,14 @@ image and one 50x14 float32 action chunk (the seed's robot, ~0.92 MB each):
   it receives, so each sample needs memory of its own) and hands them to
   this thread through a bounded queue (64, the dataset's buffer here), which
   takes them as torch tensors (``torch.from_numpy``, no copy), as the
-  dataset yields them. No framing, no confirmations, no resends.
+  dataset yields them. No framing, no confirmations, no resends;
+* ours over TLS: the same ``put``\ s to ``tls://localhost`` (a test CA's
+  certificate, made with ``openssl``; the column is left out without it),
+  for what encryption costs on this path.
 
 MB/s counts the image and chunk bytes, from the moment all senders are
-told to go until the training thread holds the last sample. Rounds alternate (ours, raw, raw,
-ours, ...); the ratio is the median of per-round ratios. Aim: >= 0.5x. The
+told to go until the training thread holds the last sample. Rounds alternate (ours, TLS, raw,
+raw, TLS, ours, ...); a ratio is the median of per-round ratios. Aim: >= 0.5x. The
 seed's own package (``rlinks`` 1.0.3) was measured at 29 MB/s from one
 actor and 41 MB/s from four on this kind of machine. Usage::
 
@@ -29,17 +32,30 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import queue
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import IMAGE_SHAPE, LOOPBACK, MB, median, median_ratio, now, print_table, recv_exactly  # noqa: E402
+from _common import (  # noqa: E402
+    IMAGE_SHAPE,
+    LOOPBACK,
+    MB,
+    make_test_certificates,
+    median,
+    median_ratio,
+    now,
+    print_table,
+    recv_exactly,
+)
 
 CHUNK_SHAPE = (50, 14)
 SAMPLE_BYTES = int(np.prod(IMAGE_SHAPE)) + int(np.prod(CHUNK_SHAPE)) * 4
@@ -54,11 +70,11 @@ def _sample(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, 255, IMAGE_SHAPE, dtype=np.uint8), rng.random(CHUNK_SHAPE, dtype=np.float32)
 
 
-def _ours_actor(address: str, samples: int, seed: int, ready, go) -> None:
+def _ours_actor(address: str, samples: int, seed: int, ca_file: Optional[str], ready, go) -> None:
     from rlinks_rllib.client.actor import RLinkActor
 
     image, chunk = _sample(seed)
-    with RLinkActor(address, timeout=60) as actor:
+    with RLinkActor(address, timeout=60, **({"ca_file": ca_file} if ca_file else {})) as actor:
         actor.client.connect()
         ready.release()
         go.wait()
@@ -96,13 +112,16 @@ def _join(procs: list) -> None:
             raise RuntimeError(f"an actor process exited with {proc.exitcode}")
 
 
-def ours(actors: int, samples: int) -> float:
-    """MB/s of samples from ``actors`` RLinkActor processes out of one RLinkDataset."""
+def ours(actors: int, samples: int, certs: Optional[dict[str, str]] = None) -> float:
+    """MB/s of samples from ``actors`` RLinkActor processes out of one RLinkDataset (over TLS with ``certs``)."""
     from rlinks_rllib.training.dataset import RLinkDataset
 
-    dataset = RLinkDataset(max_samples=actors * samples, idle_timeout=60, max_buffer_samples=BUFFER_SAMPLES)
+    tls = {} if certs is None else {"tls_cert_file": certs["server"], "tls_key_file": certs["server_key"]}
+    dataset = RLinkDataset(max_samples=actors * samples, idle_timeout=60, max_buffer_samples=BUFFER_SAMPLES, **tls)
+    address = dataset.address if certs is None else f"tls://localhost:{dataset.port}"
+    ca_file = None if certs is None else certs["ca"]
     try:
-        procs, go = _start(_ours_actor, lambda i: (dataset.address, samples, i), actors)
+        procs, go = _start(_ours_actor, lambda i: (address, samples, i, ca_file), actors)
         start = now()
         go.set()
         count = sum(1 for _ in dataset)
@@ -160,19 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, samples = (1, 16) if args.quick else (args.rounds, args.samples)
     counts = sorted({1, args.actors})
-    rows = []
-    for actors in counts:
-        mine, theirs = [], []
-        for r in range(rounds):
-            order = (ours, raw) if r % 2 == 0 else (raw, ours)
-            for run in order:
-                (mine if run is ours else theirs).append(run(actors, samples))
-        rows.append((actors, mine, theirs))
-    print_table(["actors", "put -> RLinkDataset MB/s", "raw loopback MB/s", "samples/s (ours)"],
-                [[a, median(m), median(t), median(m) * MB / SAMPLE_BYTES] for a, m, t in rows])
-    for actors, mine, theirs in rows:
-        print(f"  {actors} actor(s): put -> dataset MB/s / raw loopback MB/s: {median_ratio(mine, theirs):6.2f}x"
-              "  [>= 0.5x]")
+    with tempfile.TemporaryDirectory() as tmp:
+        certs = make_test_certificates(Path(tmp)) if shutil.which("openssl") else None
+        kinds = ["ours", "raw"] if certs is None else ["ours", "tls", "raw"]
+        runs = {"ours": ours, "raw": raw, "tls": lambda actors, samples: ours(actors, samples, certs)}
+        rows = []
+        for actors in counts:
+            got: dict[str, list[float]] = {kind: [] for kind in kinds}
+            for r in range(rounds):
+                for kind in kinds if r % 2 == 0 else kinds[::-1]:
+                    got[kind].append(runs[kind](actors, samples))
+            rows.append((actors, got))
+    header = ["actors", "put -> RLinkDataset MB/s", "raw loopback MB/s", "samples/s (ours)"]
+    if certs is not None:
+        header.insert(2, "put over TLS MB/s")
+    print_table(header, [[a, median(got["ours"]), *([median(got["tls"])] if certs else []), median(got["raw"]),
+                          median(got["ours"]) * MB / SAMPLE_BYTES] for a, got in rows])
+    for actors, got in rows:
+        print(f"  {actors} actor(s): put -> dataset MB/s / raw loopback MB/s: "
+              f"{median_ratio(got['ours'], got['raw']):6.2f}x  [>= 0.5x]")
+        if certs is not None:
+            print(f"  {actors} actor(s): put over TLS / put plain (MB/s): {median_ratio(got['tls'], got['ours']):6.2f}x")
+    if certs is None:
+        print("  (no openssl command: the TLS column is left out)")
     return 0
 
 
