@@ -272,6 +272,26 @@ def test_a_runner_nobody_is_connected_to_answers_at_once(ray_local):
         runner.stop()
 
 
+def test_a_runner_told_to_stop_handing_over_still_counts_its_samples_as_none(ray_local):
+    """After ``stop_if_idle`` (SIGTERM), sample() hands over nothing and says so: 0 steps, not NaN.
+
+    A sum logged nothing since the last ``get_metrics()`` reads NaN, and PPO's
+    driver failed to count it (``ValueError: cannot convert float NaN to
+    integer``) instead of stopping with a checkpoint.
+    """
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED
+
+    runner = _local_runner(sample_timeout_s=3600.0)
+    try:
+        runner.sample()
+        runner.get_metrics()
+        assert runner.stop_if_idle()
+        assert runner.sample() == []
+        assert int(runner.get_metrics()[NUM_ENV_STEPS_SAMPLED].peek()) == 0
+    finally:
+        runner.stop()
+
+
 def test_a_port_in_use_fails_the_runner_loudly(ray_local):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -265,6 +265,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         the ``ack`` extension; see ``docs/SECURITY.md`` for what that guarantees.
         """
         if self.server is None or self._stopped_handing:
+            self._log_sampled([], [], 0, [])
             return []
         self._pull_newer_state()
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
@@ -317,13 +318,18 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self._record(stale, trained=False)
         self._pacer.sampled(steps, time.monotonic())
         self._confirm_and_keep(batches)
+        self._log_sampled(episodes, lags, steps, finished)
+        return episodes
+
+    def _log_sampled(self, episodes: list, lags: list[int], steps: int, finished: list) -> None:
+        """Every ``sample()`` logs its counts, nothing included: a sum logged nothing since the last
+        ``get_metrics()`` reads NaN, which PPO's driver fails to count (``ValueError``)."""
         if self._ma_metrics is not None:
             self.num_env_steps_sampled_lifetime += self._ma_metrics.sampled(self.metrics, episodes, lags)
         else:
             log_episodes(self.metrics, finished, self.config.metrics_num_episodes_for_smoothing)
             log_sampled(self.metrics, steps, len(finished))
             self.num_env_steps_sampled_lifetime += steps
-        return episodes
 
     def _pull_newer_state(self) -> None:
         """Take the weights IMPALA or APPO pushed to their state server, if newer than ours.
