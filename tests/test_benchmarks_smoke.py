@@ -70,7 +70,7 @@ def test_bench_client_quick():
 def test_bench_served_quick():
     # Two in-process runners (Ray's RLModule each) and up to 64 client threads: about 60 s on 2 cores; with
     # Godot RL's venv already made (benchmarks/out/godot-venv), its game rounds too: about 30 s more.
-    out = run_quick("bench_served.py")
+    out = run_quick("bench_served.py", "--window", "0.5", "--acts", "300")
     for ratio in ("ratio served/local p50", "ratio batched/unbatched, 64 client(s)"):
         assert ratio in out, out
     assert ("Godot RL Agents: skipped" in out

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import RLINKS, ROOT, train_through_cli
-
-_CLIENT = "dummy_cartpole_client.py"
+from harness import RLINKS, ROOT
 
 
 def rlinks(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -216,24 +214,6 @@ def test_learner_and_clients_with_two_cpu_learners(tmp_path):
     assert int(rows[-1]["env_steps"]) >= 6000
     assert (output / "learning_curve.png").stat().st_size > 1000
     assert (output / "checkpoint").is_dir()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_python_clients_with_served_actions_train_ppo_cartpole_to_150(tmp_path):
-    """`rlinks client -n 2 -- --served-actions --envs 4`: the learner runs the policy for 8 CartPoles (PROTOCOL.md 10.5)."""
-    # --script: this tree's example (an installed rlinks-rllib may bundle another copy).
-    run = train_through_cli(
-        tmp_path,
-        ["--config", "configs/ppo_cartpole.yaml", "--num-env-runners", "1", "--stop-reward", "150"],
-        ["-n", "2", "--script", str(ROOT / "examples" / _CLIENT),
-         "--", "--served-actions", "--envs", "4", "--max-steps", "10000000"],
-    )
-    assert run.returncode == 0, run.learner_log
-    assert run.reached >= 150, run.learner_log
-    assert run.client_out.count("summary: steps=") == 2, run.client_out
-    reached, elapsed = run.reached, run.seconds
-    print(f"\nPython clients with served actions trained PPO CartPole to {reached:.1f} in {elapsed:.0f} s")
 
 
 @pytest.mark.slow

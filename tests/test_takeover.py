@@ -291,20 +291,23 @@ def test_a_peer_that_did_not_agree_refuses_take_over_saying_so(local_runner):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_teachers_take_over_rate_falls_as_ppo_learns(tmp_path):
-    """`rlinks client -n 2 -- --teacher`: a scripted controller takes over when the pole is about to fall.
+def test_the_teachers_take_over_rate_falls_as_ppo_learns_on_served_actions(tmp_path):
+    """`rlinks client -n 2 -- --teacher --served-actions --envs 4`: a scripted controller takes over when
+    the pole is about to fall, in 8 CartPoles whose other actions the runner computes.
 
     PPO never trains on its steps (they are cut out of every update), yet the
     policy it trains needs the teacher less and less: the take-over rate per
-    episode in progress.csv falls (29% to 5% in 8 iterations in the run this
-    was written with). The same with SAC on Pendulum is a documented run
-    (docs/EXAMPLES.md): too slow for the suite on two cores.
+    episode in progress.csv falls (29% to 5% in 8 iterations with local
+    clients in the run this was written with). Served, the teacher's actions
+    go as ``served_taken`` rows of the same ``ACT``. The same with SAC on
+    Pendulum is a documented run (docs/EXAMPLES.md).
     """
     run = train_through_cli(
         tmp_path,
         ["--config", "configs/ppo_cartpole.yaml", "--num-env-runners", "1", "--stop-iters", "8",
          "--stop-reward", "1000"],
-        ["-n", "2", "--script", str(DUMMY_CLIENT), "--", "--teacher", "--max-steps", "10000000"],
+        ["-n", "2", "--script", str(DUMMY_CLIENT), "--", "--teacher", "--served-actions", "--envs", "4",
+         "--max-steps", "10000000"],
     )
     with open(run.output / "progress.csv", newline="") as table:
         rates = [float(row[TAKEOVER_COLUMN]) for row in csv.DictReader(table)]
@@ -314,6 +317,7 @@ def test_the_teachers_take_over_rate_falls_as_ppo_learns(tmp_path):
     assert first > 0.1 and last < 0.6 * first, rates
     assert "| take-over " in run.learner_log
     assert run.client_out.count("takeover_rate=") == 2, run.client_out
+    assert "the runner computes the actions" in run.client_out, run.client_out
 
 
 @pytest.mark.slow
