@@ -1,8 +1,22 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the ``long`` marker's rule."""
 
 from __future__ import annotations
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """``long`` runs (training to the issues' full targets) only when asked for: ``make test-long``.
+
+    They keep ``make test`` within its 25 minutes; the suite holds a shorter
+    form of each (the same code to a nearer target).
+    """
+    if "long" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="a long run: make test-long (pytest -m long)")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

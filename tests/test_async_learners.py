@@ -35,7 +35,7 @@ def _shipped(tmp_path: Path, name: str, **stop) -> str:
 
 #: Below the shipped config's 150 (about 80 s of training here), to keep the suite short, and far above
 #: what a random policy plays (about 22): a runner that serves its first weights for ever stays there.
-TARGET = 60
+TARGET = 50
 
 
 #: Longer than the ~25 s after which a pack of empty results killed the learner, when it still sampled

@@ -5,7 +5,8 @@ CPU cores (the shipped configs are RLlib's tuned ones, measured by
 ``benchmarks/bench_sac.py``). SAC's simulators are paced
 (``off_policy_backlog: pace``) so that the dummy clients, which step as fast
 as they can, leave the learner its share of the two cores; DQN's run
-unpaced against the default backlog drop.
+unpaced against the default backlog drop. SAC's run to -400 (three
+minutes) is a ``long`` test: ``make test-long``.
 """
 
 from __future__ import annotations
@@ -46,23 +47,31 @@ def _config(tmp_path: Path, spec: dict) -> str:
     return str(path)
 
 
-def test_sac_on_pendulum_from_a_local_and_a_served_simulator_reaches_minus_400(tmp_path):
-    """One simulator runs the policy in numpy, the other is served by the runner; together to -400.
+def _sac_from_a_local_and_a_served_simulator(tmp_path, target: float):
+    """One simulator runs the policy in numpy, the other is served by the runner; together to ``target``.
 
     The learner stops on the mean return of the last 5 episodes, which the
     two simulators end at about the same rate: one mode still playing at
-    -1,200 would keep that mean far below -400. Paced, neither simulator
+    -1,200 would keep that mean far below it. Paced, neither simulator
     may keep the other out: a client that gets no batch taken or no actions
     for 120 s fails, and so does the test.
     """
-    run = train_through_cli(tmp_path, ["--config", _config(tmp_path, SAC_SMALL)],
+    spec = {**SAC_SMALL, "stop": {**SAC_SMALL["stop"], "reward": target}}
+    run = train_through_cli(tmp_path, ["--config", _config(tmp_path, spec)],
                             ["-n", "1", "--", "--env", "Pendulum-v1", "--off-policy"],
                             more_clients=[["-n", "1", "--", "--env", "Pendulum-v1", "--served-actions"]],
                             timeout_s=720)
-    assert run.returncode == 0 and run.reached >= -400, run.learner_log[-3000:]
+    assert run.returncode == 0 and run.reached >= target, run.learner_log[-3000:]
     assert "running NumpyPolicy here, off-policy" in run.client_out
     assert "the runner computes the actions" in run.client_out
     print(f"\nSAC reached {run.reached:.1f} in {run.seconds:.0f} s")
+
+
+@pytest.mark.long
+def test_sac_on_pendulum_from_a_local_and_a_served_simulator_reaches_minus_400(tmp_path):
+    """The issue's target: -389.0 in 186 s at load 6, 185 s on a quiet machine (to -700 took 158 s: SAC's
+    curve is steep, so no nearer target is much shorter); ``make test-long`` runs it."""
+    _sac_from_a_local_and_a_served_simulator(tmp_path, -400)
 
 
 def test_dqn_on_cartpole_from_simulators_running_its_q_network_reaches_150(tmp_path):
