@@ -57,13 +57,7 @@ class _Rows:
 
 def _stacked(obs: list[Any]) -> Any:
     """The rows' observations as the ``ACT``'s column: one array, or the rows as they are for Dict/Tuple spaces."""
-    first = obs[0]
-    if type(first) is np.ndarray and len(obs) > 1:
-        try:
-            return np.array(obs)  # rows of one shape: as np.stack makes them, at half its cost
-        except ValueError:  # rows of different shapes: the runner names the row at fault
-            pass
-    return obs if isinstance(first, (Mapping, tuple)) else stack_rows(obs)
+    return obs if isinstance(obs[0], (Mapping, tuple)) else stack_rows(obs)
 
 
 class ServedInference:

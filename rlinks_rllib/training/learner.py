@@ -157,6 +157,8 @@ _SIMULATOR_POLL_S = 1.0
 def _wait_for_a_simulator(algo, directory, terminated: threading.Event, print_fn: Callable[[str], None]) -> bool:
     """Hold IMPALA's or APPO's next iteration until a simulator is connected; ``False`` on SIGTERM.
 
+    Asked only when the runners had no simulator after the last iteration (or before the first).
+
     They count every ``sample()`` result as a rollout fragment and pack ten
     or so into one update without looking into them. With no simulator
     every result is empty (the runners can only wait a few seconds for one,
@@ -461,8 +463,10 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
     started = time.monotonic()
     times = IterationTimes()
     wait_for_simulators = not is_offline(algo.config) and counts_results_as_fragments(algo.config)
+    runners: list = []  # as the runners answered after the last iteration
     for iteration in range(1, stop_iters + 1):
-        if wait_for_simulators and not _wait_for_a_simulator(algo, directory, terminated, print_fn):
+        if (wait_for_simulators and not any(endpoint.clients for endpoint in runners)
+                and not _wait_for_a_simulator(algo, directory, terminated, print_fn)):
             break  # SIGTERM while no simulator was connected
         try:
             result = algo.train()
