@@ -489,7 +489,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self._takeover_steps = 0
         if self._recorder is not None:
             for name, value in self._recorder.stats().items():
-                self._transport_metrics._log_delta(self.metrics, (RUNNER_METRICS_KEY, name), name, value)
+                self._transport_metrics.log_counter(self.metrics, (RUNNER_METRICS_KEY, name), name, value)
         if self._ma_metrics is not None:
             self._ma_metrics.log_lags(self.metrics)
         return self.metrics.reduce()

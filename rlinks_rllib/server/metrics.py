@@ -219,8 +219,10 @@ class TransportMetrics:
         self._last[name] = value
         return delta
 
-    def _log_delta(self, metrics: MetricsLogger, key: tuple, name: str, value: int) -> int:
-        """Log a counter's growth since the last report; a counter that did not grow is logged once only.
+    def log_counter(self, metrics: MetricsLogger, key: tuple, name: str, value: int) -> int:
+        """Log counter ``name``'s growth since the last report under ``key``; returns that growth.
+
+        A counter that did not grow is logged once only.
 
         A lifetime sum, once logged, stays in the logger and reduces to its
         unchanged total: logging 0 again would only cost time (about thirty
@@ -241,7 +243,7 @@ class TransportMetrics:
         metrics.log_value((key, "inbox_bytes"), inbox_bytes, reduce="max", window=1)
         metrics.log_value((key, "weights_seq_no"), weights_seq_no, reduce="max", window=1)
         # Counters: totals over the run, summed over runners.
-        deltas = {name: self._log_delta(metrics, (key, name), name, snapshot.get(name, 0)) for name in _COUNTERS}
+        deltas = {name: self.log_counter(metrics, (key, name), name, snapshot.get(name, 0)) for name in _COUNTERS}
         batches = deltas["inference_batches"]
         if batches:
             # Served actions: rows and ACTs per forward pass, and its time, over this report's batches.
@@ -250,9 +252,9 @@ class TransportMetrics:
                               window=100)
             metrics.log_value((key, "inference_ms_mean"), 1000.0 * deltas["inference_s"] / batches, window=100)
         for code, count in snapshot["errors"].items():
-            self._log_delta(metrics, (key, "errors", code), "error:" + code, count)
-        self._log_delta(metrics, (key, "dropped_stale_steps"), "dropped", dropped_stale_steps)
-        self._log_delta(metrics, (key, "dropped_backlog_steps"), "dropped_backlog", dropped_backlog_steps)
+            self.log_counter(metrics, (key, "errors", code), "error:" + code, count)
+        self.log_counter(metrics, (key, "dropped_stale_steps"), "dropped", dropped_stale_steps)
+        self.log_counter(metrics, (key, "dropped_backlog_steps"), "dropped_backlog", dropped_backlog_steps)
         if lags:
             metrics.log_value((key, "policy_lag_mean"), sum(lags) / len(lags), window=100)
             metrics.log_value((key, "policy_lag_max"), max(lags), reduce="max", window=100)
