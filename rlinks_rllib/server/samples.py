@@ -21,6 +21,15 @@ One thread per connection (bounded by ``max_clients``) drives a protocol
 into its final buffer. Bad input from one actor ends that connection with
 an ``ERROR`` and a log line; other actors are unaffected.
 
+EnvClient simulators connect too when the server is told what they look
+like (``model``, a :class:`~.sample_model.SimulatorModel`, and ``episodes``,
+an :class:`~.sample_episodes.EpisodeReader`): ``GET_CONFIG`` is answered with
+the description a runner sends (off-policy; RLlib's default MLP or the policy
+graph of the model synced), waiting for the first model synced, and
+``EPISODES`` are checked as a runner checks them and queued beside samples,
+one item per chunk, with the same ``seq``, ``ACK`` and back-pressure. A
+server not told so refuses both with ``ERROR unsupported_message``.
+
 With TLS (``tls_cert_file``) that thread also runs the TLS handshake, bounded
 by ``handshake_timeout``. An OpenSSL connection must not be read and written
 from two threads at once, and the consumer's thread writes ``ACK`` messages while
@@ -48,6 +57,7 @@ from ..protocol.connection import (
     ConfigRequested,
     ConnectionClosed,
     Connection,
+    EpisodesReceived,
     ErrorReceived,
     HandshakeDone,
     Role,
@@ -59,7 +69,10 @@ from ..protocol.extensions import Extension
 from ..protocol.framing import encode_body_once
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
 from ..protocol.weights import build_state
+from .errors import IngestError
 from .inbox import Batch, Inbox
+from .sample_episodes import EpisodeReader
+from .sample_model import SimulatorModel
 from .settings import is_loopback
 from .stats import LogLimiter
 from .tls import tls_server_context
@@ -82,13 +95,20 @@ _READ_BYTES = 64 * 1024
 _LINGER_S = 1.0
 #: Clients whose highest seqs are remembered (for resends after a reconnect).
 _HELD_SEQ_MAX = 65536
+#: Seconds a simulator's ``GET_CONFIG`` waits for the first model to be synced (a client waits 120 s by default).
+FIRST_MODEL_WAIT_S = 120.0
+#: What the refusal of a simulator says to a server that was not told the simulators' spaces.
+_NO_SIMULATORS = ("this sample server was not told what its simulators look like: make the dataset with "
+                  "RLinkDataset(..., spaces=(observation_space, action_space)) or env=...")
 
 
 @dataclass
 class _SampleBatch(Batch):
-    """One ``SAMPLES`` message in the inbox (``episodes`` holds its samples)."""
+    """One ``SAMPLES`` or ``EPISODES`` message in the inbox (``episodes`` holds its samples or chunks)."""
 
     seq: Optional[int] = None
+    #: It holds episode chunks (``EPISODES``), not plain samples.
+    chunks: bool = False
 
 
 @dataclass
@@ -103,6 +123,8 @@ class SampleStats:
     refused: int = 0
     bytes_received: int = 0
     tls_handshakes_failed: int = 0
+    episodes_received: int = 0
+    episodes_taken: int = 0
 
 
 def _wait_ready(sock: socket.socket, want_write: bool, timeout: float) -> None:
@@ -200,6 +222,8 @@ class SampleServer:
             connect to ``tls://HOST:PORT``).
         tls_key_file: PEM private key of that certificate (``None`` if it is in ``tls_cert_file``).
         tls_client_ca_file: PEM CA bundle; when set, every actor must present a certificate it signed.
+        model, episodes: what EnvClient simulators run and how their episodes are read (both or
+            neither); ``None``: simulators are refused.
 
     Raises:
         ValueError: a bound is not positive, a TLS file is given without ``tls_cert_file``, or the
@@ -222,7 +246,11 @@ class SampleServer:
         tls_cert_file: Optional[str] = None,
         tls_key_file: Optional[str] = None,
         tls_client_ca_file: Optional[str] = None,
+        model: Optional[SimulatorModel] = None,
+        episodes: Optional[EpisodeReader] = None,
     ) -> None:
+        if (model is None) != (episodes is None):
+            raise ValueError("give model and episodes together (simulators need both) or neither")
         if (tls_key_file or tls_client_ca_file) and not tls_cert_file:
             raise ValueError("tls_key_file and tls_client_ca_file need tls_cert_file")
         for name, value in (("max_clients", max_clients), ("max_buffer_samples", max_buffer_samples),
@@ -245,6 +273,11 @@ class SampleServer:
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._state_body = encode_body_once(build_state({}, 0))
         self._weights_version = 0
+        self.model = model
+        self._episodes = episodes
+        self._extensions = SAMPLE_EXTENSIONS if model is None else (*SAMPLE_EXTENSIONS, Extension.POLICY_GRAPH.value)
+        #: Notified when a model is published (a simulator's GET_CONFIG waits for the first).
+        self._published = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._log_limiter = LogLimiter()
         self._listener = socket.create_server((host, port), backlog=128)
@@ -289,6 +322,8 @@ class SampleServer:
         self.inbox.close()
         with self._room:
             self._room.notify_all()
+        with self._published:
+            self._published.notify_all()
         self._listener.close()
         with self._lock:
             sessions = list(self._sessions)
@@ -309,33 +344,46 @@ class SampleServer:
     # The consumer's side
 
     def take(self, max_wait: float) -> list[dict[str, Any]]:
-        """The oldest message's samples (at least one message once any is there), confirmed to their actor.
+        """The oldest message's samples or episode chunks (at least one message once any is there),
+        confirmed to their actor.
 
         Waits up to ``max_wait`` seconds; returns ``[]`` if nothing came (or
-        the server is stopping).
+        the server is stopping). Chunks are dicts with a ``"kind"``
+        (``server/sample_episodes.py``); plain samples are as the actor put them.
         """
         batches = self.inbox.take(1, max_wait)
         samples: list[dict[str, Any]] = []
         for batch in batches:
             samples.extend(batch.episodes)
-            self.stats.samples_taken += batch.steps
+            if isinstance(batch, _SampleBatch) and batch.chunks:
+                self.stats.episodes_taken += batch.steps
+            else:
+                self.stats.samples_taken += batch.steps
             if isinstance(batch, _SampleBatch) and batch.seq is not None:
                 self._confirm(batch.client, batch.seq)
         return samples
 
-    def publish_weights(self, params: Mapping[str, Any], version: Optional[int] = None) -> int:
+    def publish_weights(self, params: Mapping[str, Any], version: Optional[int] = None, *,
+                        graph: Optional[bytes] = None) -> int:
         """Make ``params`` (name -> numeric numpy array) what ``GET_STATE`` answers; returns its version.
 
         ``version`` defaults to the last one plus 1. The weight set is packed
-        once here; every actor's ``SET_STATE`` carries the same bytes.
+        once here; every actor's ``SET_STATE`` carries the same bytes. With
+        simulators (``model``), the first weights fix the model's form (with
+        ``graph``, the policy graph of a module that is not RLlib's default
+        MLP) and simulators waiting for their config get it now.
 
         Raises:
             WeightsError: a name or array is not a weight (``protocol.weights``).
+            ValueError: the simulators can't run these weights (``SimulatorModel.accept``).
         """
         with self._lock:
             version = self._weights_version + 1 if version is None else version
             body = encode_body_once(build_state(params, version))
+            if self.model is not None:
+                self.model.accept(params, graph)
             self._state_body, self._weights_version = body, version
+            self._published.notify_all()
         return version
 
     @property
@@ -369,8 +417,8 @@ class SampleServer:
                 logger.exception("samples: accept failed on port %d", self.port)
                 time.sleep(_POLL_S)
                 continue
-            conn = Connection(Role.SERVER, extensions=SAMPLE_EXTENSIONS, agent=SERVER_AGENT, secret=self._secret,
-                              max_frame_bytes=self.max_frame_bytes)
+            conn = Connection(Role.SERVER, extensions=self._extensions, agent=SERVER_AGENT, secret=self._secret,
+                              max_frame_bytes=self.max_frame_bytes, columns=self._episodes is not None)
             session = _Session(sock, peer, conn, tls=self._ssl is not None)
             with self._lock:
                 full = len(self._sessions) >= self.max_clients
@@ -394,7 +442,7 @@ class SampleServer:
             if session.tls and not self._tls_handshake(session):
                 return
             reason = self._read_loop(session)
-        except ProtocolError as exc:
+        except (ProtocolError, IngestError) as exc:
             self.stats.refused += 1
             if self._log_limiter.allow():
                 logger.warning("samples: client %s (%s) refused: %s: %s", session.client_id, session.peer,
@@ -525,7 +573,9 @@ class SampleServer:
                     session.flush_locked()  # what the connection answered by itself (PONG with AUTH's challenge)
                     return None
             if isinstance(event, SamplesReceived):
-                self._received(session, event)
+                self._received(session, event.samples, event.seq, event.frame_bytes)
+            elif isinstance(event, EpisodesReceived):
+                self._episodes_received(session, event)
             elif isinstance(event, HandshakeDone):
                 self._handshake_done(session, event)
             elif isinstance(event, StateRequested):
@@ -533,14 +583,16 @@ class SampleServer:
                     conn.send_state(self._state_body)
                     session.flush_locked()
             elif isinstance(event, ConfigRequested):
-                self._end(session, ErrorCode.UNSUPPORTED_MESSAGE,
-                          "this is a sample server (a training loop's dataset): it has no RLlib config")
-                return "asked for a config"
+                frame = self._config_frame(session)
+                with session.lock:
+                    conn.send_config(frame)
+                    session.flush_locked()
             elif isinstance(event, (ConnectionClosed, ErrorReceived)):
                 return f"{event}"
             else:
                 self._end(session, ErrorCode.UNSUPPORTED_MESSAGE,
-                          f"{type(event).__name__}: a sample server takes SAMPLES and GET_STATE only")
+                          f"{type(event).__name__}: a sample server takes SAMPLES, EPISODES, GET_CONFIG and "
+                          "GET_STATE only")
                 return "unsupported request"
             with session.lock:
                 session.flush_locked()
@@ -553,11 +605,48 @@ class SampleServer:
         with self._lock:
             self._by_client[session.client_id] = session
 
-    def _received(self, session: _Session, event: SamplesReceived) -> None:
+    def _config_frame(self, session: _Session) -> bytes:
+        """The ``SET_CONFIG`` frame for ``session``, once a model was synced (waiting for it, bounded).
+
+        Raises:
+            IngestError: no simulators here (``unsupported_message``), or no model within
+                :data:`FIRST_MODEL_WAIT_S` (``limit_exceeded``).
+        """
+        if self.model is None:
+            raise IngestError(_NO_SIMULATORS, code=ErrorCode.UNSUPPORTED_MESSAGE)
+        deadline = time.monotonic() + FIRST_MODEL_WAIT_S
+        with self._published:
+            while not self.model.ready:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping.is_set():
+                    raise IngestError(f"no model was synced within {FIRST_MODEL_WAIT_S:g} s: the training loop "
+                                      "calls RLinkSyncModel(dataset).sync(module) before simulators can act",
+                                      code=ErrorCode.LIMIT_EXCEEDED)
+                self._published.wait(min(left, _POLL_S))
+            return self.model.config_frame(with_graph=session.conn.speaks(Extension.POLICY_GRAPH))
+
+    def _episodes_received(self, session: _Session, event: EpisodesReceived) -> None:
+        """Check a simulator's episodes as a runner does and queue their chunks; answer an on-policy batch.
+
+        Raises:
+            IngestError: no simulators here, or a chunk is malformed (the whole message is refused).
+        """
+        if self._episodes is None:
+            raise IngestError(_NO_SIMULATORS, code=ErrorCode.UNSUPPORTED_MESSAGE)
+        chunks = self._episodes(event.episodes)
+        self._received(session, chunks, event.seq, event.frame_bytes, episodes=True)
+        if event.on_policy:
+            # The dataset has no update to wait for: the newest weights at once.
+            with session.lock:
+                session.conn.send_state(self._state_body)
+                session.flush_locked()
+
+    def _received(self, session: _Session, items: list, seq: Optional[int], frame_bytes: int, *,
+                  episodes: bool = False) -> None:
         """Queue a message once (a resend is confirmed again or left to its first copy); pause while full."""
         self.stats.messages += 1
-        self.stats.bytes_received += event.frame_bytes
-        seq, client = event.seq, session.client_id
+        self.stats.bytes_received += frame_bytes
+        client = session.client_id
         if seq is not None:
             with self._lock:
                 held, confirmed = self._seqs.get(client, (0, 0))
@@ -571,9 +660,13 @@ class SampleServer:
                 self._seqs.move_to_end(client)
                 while len(self._seqs) > _HELD_SEQ_MAX:
                     self._seqs.popitem(last=False)
-        self.stats.samples_received += len(event.samples)
-        batch = _SampleBatch(episodes=event.samples, steps=len(event.samples), nbytes=event.frame_bytes,
-                             weights_seq_no=self._weights_version, client=client, seq=seq)
+        if episodes:
+            self.stats.episodes_received += len(items)
+        else:
+            self.stats.samples_received += len(items)
+        # A message of empty chunks only is queued too: confirmed in its turn, after what came before it.
+        batch = _SampleBatch(episodes=items, steps=len(items), nbytes=frame_bytes,
+                             weights_seq_no=self._weights_version, client=client, seq=seq, chunks=episodes)
         if self.inbox.put(batch):
             # Full: read nothing more from this actor until the consumer takes (TCP pushes back).
             with self._room:

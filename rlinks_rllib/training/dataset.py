@@ -18,6 +18,15 @@ sits between. Under Ray Train, ``base_port`` gives worker ``rank`` the port
 :class:`RLinkSyncModel` pushes a torch module or state dict back as a new
 weights version; actors see it with ``get_remote_model()``.
 
+EnvClient simulators connect too when the dataset is told what they look
+like (``spaces=(observation_space, action_space)`` or ``env="CartPole-v1"``):
+their episodes arrive beside plain samples, one dict per chunk with a
+``"kind"`` (``"episode"`` or ``"transitions"``, see
+``server/sample_episodes.py``), and they act with the model the loop syncs:
+RLlib's default MLP as weights (run in numpy; :meth:`RLinkDataset.default_module`
+builds one), any other module as a policy graph plus weights. Plain samples
+carry no ``"kind"`` of their own making: they are as the actor put them.
+
 Use ``DataLoader(dataset, batch_size=None, num_workers=0)`` (or iterate the
 dataset directly): the server lives in this process and is not copied into
 loader worker processes.
@@ -34,9 +43,12 @@ import numpy as np
 import torch
 
 from ..protocol.auth import load_secret
+from ..server.sample_episodes import EPISODE, EPISODE_FORMS, KIND, TRANSITIONS, EpisodeReader
+from ..server.sample_model import DEFAULT_FRAGMENT_STEPS, SimulatorModel
 from ..server.samples import SampleServer
+from .model_sync import ModelLike, default_module, policy_graph_of, weights_of
 
-__all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank"]
+__all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank", "EPISODE", "TRANSITIONS", "KIND"]
 
 
 def train_rank() -> int:
@@ -62,13 +74,24 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_samples, max_buffer_bytes: what is held before actors are pushed back.
         idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
         max_samples: end an iteration after this many samples; ``None``: never.
+        spaces: ``(observation_space, action_space)`` of EnvClient simulators (gymnasium spaces);
+            with it (or ``env``) they connect, send episodes and act with the model synced.
+        env: instead of ``spaces``: a gymnasium env id whose spaces they are (made once, then closed).
+        model_config: RLlib's ``model_config`` of the module the loop trains (``fcnet_hiddens``,
+            ``fcnet_activation``, ...): how simulators run RLlib's default MLP, and what
+            :meth:`default_module` builds.
+        episodes: how a chunk is yielded: ``"episode"`` (as played, observations ``T + 1``) or
+            ``"transitions"`` (``obs``, ``actions``, ``rewards``, ``next_obs``, per-step done flags).
+            A chunk is yielded alone, whatever ``batch_size``.
+        fragment_steps: env steps a simulator records before it sends them.
         server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments; its
             ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it);
             ``tls_cert_file`` (with ``tls_key_file``, and ``tls_client_ca_file`` to require client
             certificates) switches TLS on: actors connect to ``tls://HOST:PORT`` (docs/DATASET.md).
 
     Raises:
-        ValueError: both ``port`` and ``base_port``, or a bad bound.
+        ValueError: both ``port`` and ``base_port``, both ``spaces`` and ``env``, a bad bound, or
+            spaces a dataset can't read episodes of (Dict or Tuple observations).
         OSError: the port is taken, or a TLS file can't be read.
         ssl.SSLError: a TLS file is not a valid PEM certificate or key.
     """
@@ -86,11 +109,27 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_bytes: int = 512 * 1024 * 1024,
         idle_timeout: Optional[float] = None,
         max_samples: Optional[int] = None,
+        spaces: Optional[tuple[Any, Any]] = None,
+        env: Optional[str] = None,
+        model_config: Optional[Mapping[str, Any]] = None,
+        episodes: str = EPISODE,
+        fragment_steps: int = DEFAULT_FRAGMENT_STEPS,
         **server_options: Any,
     ) -> None:
         super().__init__()
         if port is not None and base_port is not None:
             raise ValueError("give port or base_port, not both")
+        if spaces is not None and env is not None:
+            raise ValueError("give spaces or env, not both")
+        if env is not None:
+            spaces = _spaces_of(env)
+        self.spaces = spaces
+        self.model_config = dict(model_config or {})
+        if spaces is not None:
+            observation_space, action_space = spaces
+            server_options["episodes"] = EpisodeReader(observation_space, action_space, form=episodes)
+            server_options["model"] = SimulatorModel(observation_space, action_space, model_config=model_config,
+                                                     fragment_steps=fragment_steps)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
             raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
         if base_port is not None:
@@ -116,6 +155,19 @@ class RLinkDataset(torch.utils.data.IterableDataset):
     def port(self) -> int:
         return self.server.port
 
+    def default_module(self, algorithm: str = "PPO") -> torch.nn.Module:
+        """RLlib's default torch RLModule of ``algorithm`` for the simulators' spaces and ``model_config``.
+
+        Train it in your loop and sync it: simulators run it in numpy (a 1-D
+        ``Box`` observation). On this dataset's device.
+
+        Raises:
+            ValueError: the dataset has no ``spaces``, or RLlib has no such algorithm.
+        """
+        if self.spaces is None:
+            raise ValueError("the dataset was made without spaces= or env=: it has no simulators to build for")
+        return default_module(algorithm, *self.spaces, self.model_config).to(self.device)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._check_process()
         yielded = 0
@@ -127,7 +179,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
             if not samples:
                 return
             yielded += len(samples)
-            yield self._to_device(samples[0]) if self.batch_size is None else self._collate(samples)
+            alone = self.batch_size is None or _is_chunk(samples[0])
+            yield self._to_device(samples[0]) if alone else self._collate(samples)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The seed's ``__getitem__``: the next sample (``index`` is ignored: the stream has no positions).
@@ -151,10 +204,14 @@ class RLinkDataset(torch.utils.data.IterableDataset):
     # ------------------------------------------------------------------
 
     def _next(self, count: int, idle: Optional[float] = None) -> list[dict[str, Any]]:
-        """Up to ``count`` samples, waiting for the first one at most ``idle`` (``idle_timeout``) seconds."""
+        """Up to ``count`` samples, waiting for the first one at most ``idle`` (``idle_timeout``) seconds.
+
+        An episode chunk comes alone (chunks don't stack with each other or with samples), and
+        samples before one come without it: no wait for more once a chunk is in.
+        """
         idle = self.idle_timeout if idle is None else idle
         deadline = None if idle is None else time.monotonic() + idle
-        while len(self._ready) < count:
+        while len(self._ready) < count and not any(_is_chunk(item) for item in self._ready):
             wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
             if wait <= 0 or self.server.stopped:
                 break
@@ -163,6 +220,10 @@ class RLinkDataset(torch.utils.data.IterableDataset):
                 self._ready.extend(taken)
                 if deadline is not None:
                     deadline = time.monotonic() + idle
+        if self._ready and _is_chunk(self._ready[0]):
+            count = 1
+        else:
+            count = next((i for i, item in enumerate(self._ready[:count]) if _is_chunk(item)), count)
         out, self._ready = self._ready[:count], self._ready[count:]
         return out
 
@@ -197,6 +258,22 @@ class RLinkDataset(torch.utils.data.IterableDataset):
             raise RuntimeError("an RLinkDataset is read in the process that made it: use num_workers=0")
 
 
+def _is_chunk(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is an episode chunk (a simulator's) rather than a plain sample (an actor's)."""
+    return item.get(KIND) in EPISODE_FORMS
+
+
+def _spaces_of(env_id: str) -> tuple[Any, Any]:
+    """The observation and action spaces of gymnasium env ``env_id`` (made once and closed)."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
 def _frame_view(array: np.ndarray) -> Optional[np.ndarray]:
     """A writable view of ``array`` if it is a view of a received frame's own body buffer, else ``None``.
 
@@ -224,27 +301,38 @@ def _frame_view(array: np.ndarray) -> Optional[np.ndarray]:
 
 
 class RLinkSyncModel:
-    """Pushes a model from your training loop to every actor of a dataset (or sample server).
+    """Pushes a model from your training loop to every actor and simulator of a dataset (or sample server).
 
     ``RLinkSyncModel(dataset).sync(module)`` publishes ``module``'s
-    ``state_dict()`` (or a state dict, or a ``torch.save`` file of one) as
-    the next weights version; each actor's ``get_remote_model()`` returns it.
-    Weights travel as arrays (PROTOCOL.md 7), packed once for every actor.
+    ``state_dict()`` (an RLModule's ``get_state(inference_only=True)``; or a
+    state dict, or a ``torch.save`` file of one) as the next weights version;
+    each actor's ``get_remote_model()`` returns it. Weights travel as arrays
+    (PROTOCOL.md 7), packed once for every actor.
+
+    EnvClient simulators of a dataset with ``spaces`` act with it: RLlib's
+    default MLP (``dataset.default_module()``) as these weights, which they run
+    in numpy; any other module also as its policy graph (ONNX, exported at the
+    first sync; onnxruntime on the simulator). The first sync fixes the
+    architecture; simulators wait for it before they act.
     """
 
     def __init__(self, target: Union[RLinkDataset, SampleServer]) -> None:
         self.server = target.server if isinstance(target, RLinkDataset) else target
 
-    def sync(self, model: Union[torch.nn.Module, Mapping[str, Any], str, os.PathLike]) -> int:
+    def sync(self, model: ModelLike) -> int:
         """Publish ``model`` as a new version; returns the version (1, 2, ...).
 
         Raises:
-            WeightsError: a value is not a numeric tensor or array.
+            WeightsError, TypeError: a value is not a numeric tensor or array.
             OSError: a path that can't be read.
+            ValueError: the simulators can't run it: a first state dict that is not RLlib's
+                default MLP (sync the module), or another architecture than the first sync's.
+            ExportError: the module's policy graph can't be exported.
         """
-        if isinstance(model, (str, os.PathLike)):
-            model = torch.load(model, map_location="cpu", weights_only=True)
-        state = model.state_dict() if isinstance(model, torch.nn.Module) else model
-        params = {name: value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-                  for name, value in state.items()}
-        return self.server.publish_weights(params)
+        params = weights_of(model)
+        graph = None
+        simulators = self.server.model
+        if (simulators is not None and not simulators.ready and isinstance(model, torch.nn.Module)
+                and not simulators.runs_in_numpy(params)):
+            graph = policy_graph_of(model, simulators.observation_space)
+        return self.server.publish_weights(params, graph=graph)
