@@ -315,3 +315,17 @@ def test_a_malformed_episode_is_refused_whole_others_unaffected(caplog):
     finally:
         good.close(flush=False)
         dataset.close()
+
+
+def test_an_on_policy_client_gets_the_newest_weights_at_once():
+    dataset = RLinkDataset(env="CartPole-v1", model_config=SMALL, fragment_steps=20, idle_timeout=5)
+    RLinkSyncModel(dataset).sync(dataset.default_module("PPO"))
+    client = EnvClient(dataset.address, timeout=20, on_policy=True)
+    try:
+        reader, chunks = reading(dataset, 40)
+        play(client, 41, 0)  # the 41st act sends the second share and waits for its SET_STATE
+        reader.join(30)
+        assert sum(len(c["rewards"]) for c in chunks) == 40 and client.stats.weights_seq_no == 1
+    finally:
+        client.close(flush=False)
+        dataset.close()

@@ -15,6 +15,7 @@ takes a batch of observations and returns RLlib's ``action_dist_inputs``
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from typing import Any, Optional, Union
@@ -92,18 +93,22 @@ def policy_graph_of(module: torch.nn.Module, observation_space: Any) -> bytes:
     """``module``'s inference pass as ONNX bytes with its weights as inputs (PROTOCOL.md 10.7).
 
     An RLModule is exported as a runner exports its own; any other module as
-    a policy from observations to ``action_dist_inputs``.
+    a policy from observations to ``action_dist_inputs``. A module on a GPU
+    is exported from a CPU copy (the exporter's example observations are on
+    the CPU); the module itself is left as it was.
 
     Raises:
         ExportError: torch can't export it (or onnx is not installed).
     """
     from ..server.graph_export import export_policy_graph
 
-    was_training = module.training
+    on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+    source = module if on_cpu else copy.deepcopy(module).cpu()
+    was_training = source.training
     try:
-        return export_policy_graph(module if _is_rl_module(module) else _AsRLModule(module, observation_space))
+        return export_policy_graph(source if _is_rl_module(source) else _AsRLModule(source, observation_space))
     finally:
-        module.train(was_training)
+        source.train(was_training)
 
 
 def default_module(algorithm: str, observation_space: Any, action_space: Any,
