@@ -329,3 +329,22 @@ def test_an_on_policy_client_gets_the_newest_weights_at_once():
     finally:
         client.close(flush=False)
         dataset.close()
+
+
+def test_a_simulator_that_connects_first_waits_for_the_first_sync():
+    dataset = RLinkDataset(env="CartPole-v1", model_config=SMALL, idle_timeout=5)
+    client = EnvClient(dataset.address, timeout=20)
+    connecting = threading.Thread(target=client.connect)
+    try:
+        connecting.start()
+        for _ in range(400):  # connected: its connect() can't finish before a model is synced
+            if dataset.server.stats.connections:
+                break
+            connecting.join(0.05)
+        assert connecting.is_alive() and not dataset.server.model.ready
+        RLinkSyncModel(dataset).sync(dataset.default_module("PPO"))
+        connecting.join(20)
+        assert not connecting.is_alive() and client.stats.weights_seq_no == 1 and client.mode == "local"
+    finally:
+        client.close(flush=False)
+        dataset.close()
