@@ -573,7 +573,7 @@ def test_sigterm_stops_a_reliable_dummy_client_that_is_reconnecting():
 def test_a_dummy_client_at_its_step_budget_waits_for_its_last_acks():
     """The runner confirms a batch when RLlib takes it, which can come after the weights it answered with."""
     from harness import DUMMY_CLIENT
-    from test_cpp_client import UPDATE_STEPS, ScriptedRunner, weights_before_ack
+    from client_peers import UPDATE_STEPS, ScriptedRunner, weights_before_ack
 
     with ScriptedRunner(on_message=weights_before_ack) as server:
         result = subprocess.run(

@@ -13,7 +13,6 @@ rule, and (once rlinks' runner serves actions) train with a real learner.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -21,62 +20,23 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import pytest
 
-from peers import CLOSE, HANDLED, RLinkTestServer
+from client_peers import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
+                          check_chunk, directory_of, lean_rule, rows_of, summary_of, weights_before_ack)
+from peers import CLOSE, HANDLED
 from rlinks_rllib.protocol.config import build_config
-from rlinks_rllib.protocol.connection import (
-    ActReceived,
-    ConfigRequested,
-    Connection,
-    ConnectionClosed,
-    ErrorReceived,
-    HandshakeDone,
-    Role,
-    StateRequested,
-)
-from rlinks_rllib.protocol.episodes import check_episode_state
-from rlinks_rllib.protocol.errors import ProtocolError
-from rlinks_rllib.protocol.framing import encode_body_once, encode_message
-from rlinks_rllib.protocol.served import ActRows
 from rlinks_rllib.protocol.weights import build_state
-from rlinks_rllib.server.directory import Directory, Endpoint
-from rlinks_rllib.server.listener import RLinkServer
-from rlinks_rllib.server.settings import RLinkSettings
+from rlinks_rllib.server.directory import Endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "clients" / "cpp"
 VECTORS = ROOT / "tests" / "vectors"
-SECRET = "correct horse battery staple, twice over"
-
-#: Env steps per update of the test servers (their rollout_fragment_length).
-UPDATE_STEPS = 64
-
-_rng = np.random.default_rng(0)
-#: RLlib's default PPO module for CartPole, small: a 4 -> 8 tanh encoder and a 8 -> 2 pi head.
-PARAMS = {
-    "encoder.actor_encoder.net.mlp.0.weight": _rng.standard_normal((8, 4)).astype(np.float32),
-    "encoder.actor_encoder.net.mlp.0.bias": np.zeros(8, np.float32),
-    "pi.net.mlp.0.weight": _rng.standard_normal((2, 8)).astype(np.float32),
-    "pi.net.mlp.0.bias": np.zeros(2, np.float32),
-    "pi.log_std_clip_param_const": np.array([20.0], np.float32),
-}
-CONFIG = build_config(
-    algorithm="PPO",
-    observation_space={"kind": "box", "shape": [4], "dtype": "<f4",
-                       "low": np.full(4, -np.inf, np.float32), "high": np.full(4, np.inf, np.float32)},
-    action_space={"kind": "discrete", "n": 2, "start": 0},
-    rollout_fragment_length=UPDATE_STEPS,
-    on_policy=True,
-    model_config={"fcnet_hiddens": [8], "fcnet_activation": "tanh"},
-)
 
 
 # ----------------------------------------------------------------------
@@ -123,247 +83,8 @@ def cartpole(build: Path, *args: str, timeout: float = 60) -> subprocess.Complet
     return subprocess.run([str(build / "cartpole"), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def summary_of(output: str) -> dict[str, float]:
-    """The numbers of the client's last ``summary:`` line."""
-    lines = [line for line in output.splitlines() if line.startswith("summary: ")]
-    assert lines, f"no summary line in:\n{output}"
-    return {key: float(value) for key, value in re.findall(r"(\w+)=(\S+)", lines[-1])}
-
-
-def check_chunk(state: dict) -> dict:
-    """rlinks' server check of one chunk, with CartPole's spaces and PPO's extra outputs."""
-    return check_episode_state(state, obs_shape=(4,), obs_dtype=np.float32, num_actions=2,
-                               required_extra=("action_logp", "action_dist_inputs"))
-
-
 # ----------------------------------------------------------------------
 # Servers to talk to
-
-
-class ScriptedRunner(RLinkTestServer):
-    """The scripted peer of ``tests/peers.py`` with CartPole's config and weights the C++ policy runs."""
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("config", CONFIG)
-        kwargs.setdefault("want_steps", UPDATE_STEPS)
-        super().__init__(**kwargs)
-
-    def set_state(self, agreed: frozenset[str]) -> dict:
-        message = {"type": "SET_STATE", "state": build_state(PARAMS, self.weights_seq_no)}
-        if "want_steps" in agreed:
-            message["want_steps"] = self.want_steps
-        return message
-
-    def batch_messages(self) -> list[tuple[int, dict]]:
-        return [(conn, m) for conn, m in self.messages if m["type"] in ("EPISODES", "EPISODES_AND_GET_STATE")]
-
-
-class FakeLearner:
-    """rlinks' own runner server, without Ray; a thread plays RLlib's part.
-
-    Like ``RLinkEnvRunner.sample()`` it takes batches from the inbox and
-    confirms them (which sends the ACKs), and every ``UPDATE_STEPS`` env
-    steps it publishes new weights, which releases the parked on-policy clients.
-    """
-
-    def __init__(self, **settings) -> None:
-        self.chunks: list[dict] = []
-        self.updates = 1
-        self.server = RLinkServer(
-            RLinkSettings(port=0, **settings), port=0, ingest=self._ingest,
-            config_message=lambda _with_graph: {"type": "SET_CONFIG", "config": CONFIG},
-            update_steps=UPDATE_STEPS, on_policy=True,
-        )
-        self.server.replace_weights(PARAMS, self.updates)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._play_rllib, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.server.address[1]
-
-    def _ingest(self, wire: list) -> tuple[list, int]:
-        chunks = [check_chunk(state) for state in wire]
-        self.chunks.extend(chunks)
-        return chunks, sum(c["t"] - c["t_started"] for c in chunks)
-
-    def _play_rllib(self) -> None:
-        steps = 0
-        while not self._stop.is_set():
-            batches = self.server.inbox.take(UPDATE_STEPS, 0.1)
-            self.server.confirm(batches)
-            steps += sum(b.steps for b in batches)
-            if steps >= UPDATE_STEPS:
-                steps = 0
-                self.updates += 1
-                self.server.publish_weights(PARAMS, self.updates)
-
-    def __enter__(self) -> "FakeLearner":
-        self.server.start()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.server.stop()
-
-
-class ServedPeer:
-    """A runner that serves actions: rlinks' ``Connection`` (server role) on a real socket, on a thread.
-
-    It answers every ``ACT`` with :func:`lean_rule` for the rows that want an
-    action and records the rows. It takes one connection at a time.
-
-    Args:
-        hold_s: how long to hold back each of the first ``hold_acts`` answers
-            while reading whatever else the client sends meanwhile: anything
-            at all breaks the one-ACT-outstanding rule, which the
-            ``Connection`` reports (kept in :attr:`violations`).
-        answer: ``hook(act_index, envs, actions) -> (envs, actions)``: what to
-            send instead (a misbehaving runner).
-        drop: ``hook(conn_index, act_index, rows) -> bool``: close the
-            connection instead of answering.
-        extensions: what it agrees to.
-
-    Attributes:
-        acts: ``(conn_index, rows)`` for every ``ACT``, rows as
-            ``protocol.served.ActRows``.
-        violations: the protocol errors the client committed, as raised by the ``Connection``.
-        errors: anything else that went wrong on the peer's thread.
-    """
-
-    def __init__(self, *, hold_s: float = 0.0, hold_acts: int = 0, answer=None, drop=None,
-                 timeout: float = 10.0, extensions: tuple[str, ...] = ("served_actions", "want_steps", "ack")) -> None:
-        self.hold_s, self.hold_acts, self.answer, self.drop, self.timeout = hold_s, hold_acts, answer, drop, timeout
-        self.extensions = extensions
-        self.acts: list[tuple[int, ActRows]] = []
-        self.violations: list[ProtocolError] = []
-        self.errors: list[BaseException] = []
-        self.errors_received: list[tuple[str, str]] = []
-        self.agreed: list[frozenset[str]] = []
-        self.connections = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self._listener.getsockname()[1]}"
-
-    def __enter__(self) -> "ServedPeer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(self.timeout + 2)
-        self._listener.close()
-        assert not self._thread.is_alive(), "the served-actions peer did not stop"
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            index = self.connections
-            self.connections += 1
-            try:
-                with sock:
-                    self._handle(sock, index)
-            except ProtocolError as exc:
-                self.violations.append(exc)
-            except (ConnectionResetError, BrokenPipeError):
-                pass
-            except BaseException as exc:  # recorded for the test to assert on
-                self.errors.append(exc)
-
-    def _handle(self, sock: socket.socket, index: int) -> None:
-        conn = Connection(Role.SERVER, extensions=list(self.extensions), agent="served-peer/0")
-        sock.settimeout(self.timeout)
-        while not self._stop.is_set():
-            data = sock.recv(1 << 16)
-            if data:
-                conn.receive_data(data)
-            else:
-                conn.receive_eof()
-            while (event := conn.next_event()) is not None:
-                if isinstance(event, ConnectionClosed):
-                    return
-                if isinstance(event, ErrorReceived):
-                    self.errors_received.append((event.code, event.message))
-                    return
-                if isinstance(event, HandshakeDone):
-                    self.agreed.append(event.extensions)
-                elif isinstance(event, ConfigRequested):
-                    conn.send_config(encode_message({"type": "SET_CONFIG", "config": CONFIG}))
-                elif isinstance(event, StateRequested):
-                    conn.send_state(encode_body_once(build_state(PARAMS, 1)), want_steps=UPDATE_STEPS)
-                elif isinstance(event, ActReceived):
-                    act = len(self.acts)
-                    self.acts.append((index, event.rows))
-                    if self.drop is not None and self.drop(index, act, event.rows):
-                        return
-                    if act < self.hold_acts:
-                        self._read_meanwhile(sock, conn)
-                    envs = [e for e, wants in zip(event.rows.env, event.rows.wants_action) if wants]
-                    obs = np.asarray(event.rows.obs)[event.rows.wants_action]
-                    actions = np.array([lean_rule(o) for o in obs], np.int64)
-                    if self.answer is not None:
-                        envs, actions = self.answer(act, envs, actions)
-                    conn.send_actions(envs, actions, 7)
-                else:
-                    raise AssertionError(f"served peer: unexpected event {event}")
-                sock.sendall(b"".join(conn.data_to_send()))
-            if not data:
-                return
-
-    def _read_meanwhile(self, sock: socket.socket, conn: Connection) -> None:
-        """Hold the answer back and take in all the client sends meanwhile: it must send nothing."""
-        time.sleep(self.hold_s)
-        sock.setblocking(False)
-        try:
-            while True:
-                chunk = sock.recv(1 << 16)
-                if not chunk:
-                    break
-                conn.receive_data(chunk)
-        except BlockingIOError:
-            pass
-        finally:
-            sock.settimeout(self.timeout)
-        assert conn.next_event() is None  # raises UnsupportedMessage if anything came before the ACTIONS
-
-
-def lean_rule(obs) -> int:
-    """Push the cart the way the pole is falling: mean return ~200 on CartPole (random: ~22)."""
-    return int(obs[3] > 0)
-
-
-def cartpole_step(obs, action: int) -> np.ndarray:
-    """gymnasium's CartPole-v1 step from observation ``obs``, as ``examples/cartpole.cpp`` computes it."""
-    x, x_dot, theta, theta_dot = (float(v) for v in obs)
-    force = 10.0 if action == 1 else -10.0
-    cos, sin = math.cos(theta), math.sin(theta)
-    temp = (force + 0.05 * theta_dot * theta_dot * sin) / 1.1
-    theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos * cos / 1.1))
-    x_acc = temp - 0.05 * theta_acc * cos / 1.1
-    return np.array([x + 0.02 * x_dot, x_dot + 0.02 * x_acc, theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc])
-
-
-def rows_of(acts: list[tuple[int, ActRows]], conn: Optional[int] = None) -> list[tuple[int, int, dict]]:
-    """Every row received, as ``(act_index, env, fields)``, in order (of connection ``conn`` only, if given)."""
-    out = []
-    for act, (index, rows) in enumerate(acts):
-        if conn is not None and index != conn:
-            continue
-        for i, env in enumerate(rows.env):
-            out.append((act, env, {"obs": np.asarray(rows.obs[i]), "reward": float(rows.reward[i]),
-                                   "start": bool(rows.start[i]), "terminated": bool(rows.terminated[i]),
-                                   "truncated": bool(rows.truncated[i])}))
-    return out
 
 
 @pytest.fixture
@@ -469,17 +190,6 @@ def test_n_envs_with_local_inference_share_one_connection(cpp):
     assert summary["steps"] == 800 and summary["steps_acked"] == summary["steps_sent"] >= 700
     assert summary["weights_seq_no"] == learner.updates > 10
     assert len({chunk["id_"] for chunk in learner.chunks}) > 4 * 5  # each env's own episodes
-
-
-@contextmanager
-def directory_of(learner: FakeLearner, **settings) -> Iterator[Directory]:
-    """A directory on loopback built as the learner builds its own (from runner ``settings``), listing ``learner``."""
-    directory = Directory.from_settings(RLinkSettings(port=0, **settings)).start()
-    try:
-        directory.update([Endpoint(1, "127.0.0.1", learner.port)])
-        yield directory
-    finally:
-        directory.stop()
 
 
 def test_follows_the_directory_to_a_runner(cpp):
@@ -672,19 +382,6 @@ def test_a_resent_on_policy_batch_whose_weights_came_before_has_its_answer_dropp
     assert summary["steps_acked"] == summary["steps_sent"] == 4 * UPDATE_STEPS
 
 
-def weights_before_ack(server, conn, message):
-    """A ScriptedRunner answer: each batch's weights first, then its ACK.
-
-    The runner acknowledges a batch when RLlib takes it, which can be after
-    the weights it answered with (steps beyond an update's share wait for
-    the next sample()): the last ACK then arrives after the last SET_STATE.
-    """
-    if message["type"] == "EPISODES_AND_GET_STATE":
-        server.weights_seq_no += 1
-        conn.send(server.set_state(frozenset({"want_steps"})))
-        conn.send({"type": "ACK", "seq": message["seq"]})
-        return HANDLED
-    return None
 
 
 def test_the_run_ends_after_the_last_batch_is_acknowledged(cpp):
@@ -1042,10 +739,11 @@ def test_the_cartpole_teachers_steps_go_as_take_overs(cpp):
 
 #: A Box(-2, 2, (1,)) runner with 3-number observations: RLlib's default PPO module, a 3 -> 8 tanh encoder,
 #: an 8 -> 2 pi head (mean and log-std).
+_box_rng = np.random.default_rng(1)
 BOX_PARAMS = {
-    "encoder.actor_encoder.net.mlp.0.weight": _rng.standard_normal((8, 3)).astype(np.float32),
+    "encoder.actor_encoder.net.mlp.0.weight": _box_rng.standard_normal((8, 3)).astype(np.float32),
     "encoder.actor_encoder.net.mlp.0.bias": np.zeros(8, np.float32),
-    "pi.net.mlp.0.weight": (0.3 * _rng.standard_normal((2, 8))).astype(np.float32),
+    "pi.net.mlp.0.weight": (0.3 * _box_rng.standard_normal((2, 8))).astype(np.float32),
     "pi.net.mlp.0.bias": np.array([0.0, -0.5], np.float32),
     "pi.log_std_clip_param_const": np.array([20.0], np.float32),
 }

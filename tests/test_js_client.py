@@ -31,8 +31,8 @@ from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.protocol.extensions import Extension
 from rlinks_rllib.protocol.messages import MessageType
 import numpy as np
-from test_cpp_client import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
-                             check_chunk, directory_of, lean_rule, rows_of, summary_of)
+from client_peers import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
+                          check_chunk, directory_of, lean_rule, rows_of, summary_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "clients" / "js"
