@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--report-every", type=float, default=0.0, metavar="S", help="a 'progress:' line every S seconds")
     p.add_argument("--teacher", action="store_true", help="a scripted controller takes over when about to fail")
+    p.add_argument("--pause-after-steps", type=int, default=0, metavar="N",
+                   help="stay connected but silent for --pause-s seconds once N steps are taken (a paused game)")
+    p.add_argument("--pause-s", type=float, default=0.0, metavar="S", help="how long --pause-after-steps pauses")
     return p.parse_args(argv)
 
 
@@ -92,14 +95,18 @@ def run(args: argparse.Namespace) -> dict:
                        timeout=args.timeout, retry_attempts=args.retry_attempts, secret_file=args.secret_file,
                        ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file,
                        action_space=envs[0].action_space, rollout_fragment_length=args.fragment_steps)
-    signal.signal(signal.SIGTERM, lambda *_: client.stop())
-    done = threading.Event()
+    done, stopping = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stopping.set(), client.stop()))
     if args.report_every:
         threading.Thread(target=print_progress, args=(client, args.report_every, done), daemon=True).start()
-    steps = 0
+    steps, pause_at = 0, args.pause_after_steps if args.pause_s > 0 else 0
     with client:
         obs = [env.reset(seed=None if args.seed is None else args.seed + i)[0] for i, env in enumerate(envs)]
         while steps < args.max_steps:
+            if pause_at and steps >= pause_at:
+                logging.info("pausing for %.0f s after %d steps (connected, sending nothing)", args.pause_s, steps)
+                stopping.wait(args.pause_s)
+                pause_at = 0
             actions = act(client, obs, teacher if args.teacher else None)
             obs, reward, terminated, truncated, _ = map(list, zip(*(env.step(a) for env, a in zip(envs, actions))))
             client.report(reward, obs, terminated, truncated)
