@@ -85,7 +85,8 @@ def test_handshake_offers_extensions_and_client_id(serve):
     (_, ping), = server.messages
     offer = ping["rlinks"]
     assert offer["version"] == 1
-    assert offer["extensions"] == ["ack", "endpoints", "served_actions", "served_taken", "takeover", "timestep", "want_steps"]
+    assert offer["extensions"] == ["ack", "endpoints", "served_actions", "served_taken", "takeover", "timestep",
+                                   "want_steps", "weights_notice"]
     assert offer["agent"].startswith("rlinks-rllib-client/")
     assert offer["client_id"] == client.client_id
     assert len(client.client_id) == 32 and int(client.client_id, 16) >= 0

@@ -282,7 +282,8 @@ def test_minimal_offer():
 
 def test_extension_names():
     assert {e.value for e in Extension} == {"want_steps", "ack", "auth", "endpoints", "served_actions", "served_taken",
-                                             "policy_graph", "multi_agent", "takeover", "timestep", "samples"}
+                                             "policy_graph", "multi_agent", "takeover", "timestep", "samples",
+                                             "weights_notice"}
 
 
 @pytest.mark.parametrize(

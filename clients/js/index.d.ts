@@ -136,7 +136,7 @@ export declare class FrameDecoder {
 export declare const Extension: Readonly<{
   WANT_STEPS: "want_steps"; ACK: "ack"; AUTH: "auth"; ENDPOINTS: "endpoints";
   SERVED_ACTIONS: "served_actions"; SERVED_TAKEN: "served_taken"; POLICY_GRAPH: "policy_graph"; MULTI_AGENT: "multi_agent";
-  TAKEOVER: "takeover"; TIMESTEP: "timestep"; SAMPLES: "samples";
+  TAKEOVER: "takeover"; TIMESTEP: "timestep"; SAMPLES: "samples"; WEIGHTS_NOTICE: "weights_notice";
 }>;
 export type ExtensionName = (typeof Extension)[keyof typeof Extension];
 export interface Offer {

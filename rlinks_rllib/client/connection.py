@@ -119,13 +119,16 @@ from .link import Link
 from .retry import SHUTDOWN_GRACE_ENV, RetryPolicy, backoff_delay, shutdown_grace as _shutdown_grace
 from .transport import Transport, tls_context
 
-__all__ = ["RLinkClient", "WeightsUpdate", "ActionsReply", "ClientStats", "DEFAULT_EXTENSIONS", "backoff_delay"]
+__all__ = [
+    "RLinkClient", "WeightsUpdate", "WeightsNotice", "ActionsReply", "ClientStats", "DEFAULT_EXTENSIONS",
+    "backoff_delay",
+]
 
 #: What the client offers in its PING unless told otherwise. Offering
 #: ``served_actions`` costs nothing: a runner that can't serve does not agree.
 DEFAULT_EXTENSIONS = (
     Extension.WANT_STEPS.value, Extension.ACK.value, Extension.ENDPOINTS.value, Extension.SERVED_ACTIONS.value,
-    Extension.SERVED_TAKEN.value, Extension.TAKEOVER.value, Extension.TIMESTEP.value,
+    Extension.SERVED_TAKEN.value, Extension.TAKEOVER.value, Extension.TIMESTEP.value, Extension.WEIGHTS_NOTICE.value,
 )
 
 _ON_POLICY_HINT = "; on-policy, this includes the learner's training step: raise `timeout` if it takes longer"
@@ -152,6 +155,19 @@ class WeightsUpdate:
     seq_no: int
     want_steps: Optional[int] = None
     timestep: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class WeightsNotice:
+    """The runner's weights version as its newest ``ACK`` named it (``weights_notice``).
+
+    Attributes:
+        seq_no: the ``weights_seq_no`` a ``GET_STATE`` would have got then.
+        at: when the ``ACK`` was read (``time.monotonic()``).
+    """
+
+    seq_no: int
+    at: float
 
 
 @dataclass(frozen=True)
@@ -398,6 +414,8 @@ class RLinkClient:
         self._lost_envs: set[int] = set()
         self._open_generation = 0
         self._actions_seq_no = 0
+        #: The weights version the runner's newest ACK named (``weights_notice``).
+        self._notice: Optional[WeightsNotice] = None
 
     # ------------------------------------------------------------------
     # Properties
@@ -420,6 +438,15 @@ class RLinkClient:
             ClientError: no handshake has happened yet.
         """
         return self._require_handshake().extensions
+
+    @property
+    def weights_notice(self) -> Optional[WeightsNotice]:
+        """The runner's weights version named by its newest ``ACK`` (``weights_notice`` agreed), or ``None``.
+
+        An off-policy client that runs the policy asks for weights when this
+        names a newer version than it holds (:class:`~.sender.BackgroundSender`).
+        """
+        return self._notice
 
     @property
     def is_plain_rllib(self) -> bool:
@@ -889,6 +916,8 @@ class RLinkClient:
             batch.parts = []  # never resent; let the arrays go
 
     def _on_ack(self, event: Acked) -> None:
+        if event.weights_seq_no is not None:
+            self._notice = WeightsNotice(event.weights_seq_no, time.monotonic())
         if event.batch is None:
             # Acknowledged before; a resend after a reconnect gets a second ACK.
             self._log.debug("duplicate ACK for seq %d from %s", event.seq, self.address)

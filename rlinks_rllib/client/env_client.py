@@ -118,7 +118,9 @@ class EnvClient:
         timeout: seconds any one wait may take (on-policy, that includes the
             learner's training step).
         weights_every_s: off-policy, the least seconds between two weight
-            fetches.
+            fetches. ``None`` (the default): as soon as the runner's ``ACK``
+            names newer weights (``weights_notice``), and every second from a
+            runner that names none (RLlib's own).
         action_space, rollout_fragment_length, fcnet_activation: only for
             RLlib's own server, which does not describe itself to a client
             that refuses its pickle: the action space (a gymnasium space or
@@ -143,7 +145,7 @@ class EnvClient:
         seed: Optional[int] = None,
         reliable: bool = True,
         timeout: float = 120.0,
-        weights_every_s: float = 1.0,
+        weights_every_s: Optional[float] = None,
         action_space: Any = None,
         rollout_fragment_length: int = 500,
         fcnet_activation: str = "tanh",

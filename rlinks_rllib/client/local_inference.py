@@ -59,7 +59,7 @@ class LocalInference:
 
     def __init__(self, client: SharedClient, config: Mapping[str, Any], update: WeightsUpdate, *,
                  multi_agent: Optional[MultiAgentConfig], on_policy: bool, explore: bool,
-                 rng: np.random.Generator, timeout: float, weights_every_s: float,
+                 rng: np.random.Generator, timeout: float, weights_every_s: Optional[float],
                  logger: logging.Logger) -> None:
         self._client = client
         self._log = logger
@@ -90,7 +90,7 @@ class LocalInference:
         self._left: dict[int, set[str]] = {}
         self._unsent = 0
         self._sender = None if on_policy else BackgroundSender(
-            client, timeout=timeout, weights_every_s=weights_every_s, logger=logger)
+            client, timeout=timeout, weights_every_s=weights_every_s, weights_seq_no=update.seq_no, logger=logger)
 
     # -- the loop's calls ---------------------------------------------------------------
 

@@ -1,9 +1,15 @@
 """Off-policy batches sent from a thread of their own, so the simulator's loop never waits for the learner.
 
 The loop hands :class:`BackgroundSender` each batch of episode chunks; the
-thread sends it (``EPISODES``, confirmed by the runner's ``ACK``) and, at most
-every ``weights_every_s``, asks for the learner's newest weights, which the
-loop picks up with :meth:`BackgroundSender.newest_weights`. The hand-over
+thread sends it (``EPISODES``, confirmed by the runner's ``ACK``) and asks for
+the learner's newest weights when there are some, which the loop picks up
+with :meth:`BackgroundSender.newest_weights`. A runner that agreed to
+``weights_notice`` names its weights version in every ``ACK``: the thread asks
+(``GET_STATE``) as soon as an ``ACK`` names a newer one than it holds, at most
+every ``weights_every_s``, so a client follows the learner within one sync
+instead of polling. With no version named for ``WEIGHTS_POLL_S`` (no ``ACK``
+came), or from a runner that names none (RLlib's own), it asks on a timer.
+The hand-over
 queue holds ``depth`` batches: when the network or the runner falls that far
 behind, :meth:`BackgroundSender.send` waits for room (bounded by
 ``timeout``), so memory stays bounded and nothing is dropped unseen.
@@ -21,13 +27,61 @@ import threading
 import time
 from typing import Optional
 
-from .connection import WeightsUpdate
+from ..protocol.extensions import Extension
+from .connection import WeightsNotice, WeightsUpdate
 from .errors import ServerTimeout
 from .shared_client import SharedClient
 
-__all__ = ["BackgroundSender"]
+__all__ = ["BackgroundSender", "WEIGHTS_POLL_S", "WeightsSchedule"]
 
 _STOP = object()
+
+#: Seconds between two weight requests when the runner names no version in its
+#: ACKs (RLlib's own server, or no ACK came for that long).
+WEIGHTS_POLL_S = 1.0
+
+
+class WeightsSchedule:
+    """When an off-policy client asks for weights: the rule, without the I/O.
+
+    Args:
+        weights_every_s: the least seconds between two requests. ``None``:
+            as soon as the runner names newer weights, and every
+            ``WEIGHTS_POLL_S`` from a runner that names none. A number is also
+            the polling period for a runner that names none.
+        weights_seq_no: the version held now.
+        now: the clock's reading now (``time.monotonic()``).
+    """
+
+    def __init__(self, weights_every_s: Optional[float], weights_seq_no: int, now: float) -> None:
+        self.floor_s = 0.0 if weights_every_s is None else weights_every_s
+        #: Polling period when no version is named (RLlib's server): ``weights_every_s`` as it always was.
+        self.poll_s = WEIGHTS_POLL_S if weights_every_s is None else weights_every_s
+        #: With notices, the wait after the last one before asking anyway (no ACK traffic).
+        self.silence_s = max(self.floor_s, WEIGHTS_POLL_S)
+        self.held = weights_seq_no
+        self._asked_at = now
+        self._since = now  # what counts as "heard from" before the first notice
+
+    def due(self, now: float, notices: bool, notice: Optional[WeightsNotice]) -> bool:
+        """Whether to ask for weights now.
+
+        Args:
+            notices: the runner agreed to ``weights_notice``.
+            notice: the version its newest ``ACK`` named, if any.
+        """
+        since_asked = now - self._asked_at
+        if not notices:
+            return since_asked >= self.poll_s
+        if notice is not None and notice.seq_no > self.held:
+            return since_asked >= self.floor_s
+        heard_at = notice.at if notice is not None else self._since
+        return since_asked >= self.silence_s and now - heard_at >= self.silence_s
+
+    def got(self, weights_seq_no: int, now: float) -> None:
+        """Weights of version ``weights_seq_no`` came in answer to a request sent at ``now``."""
+        self.held = weights_seq_no
+        self._asked_at = now
 
 
 class BackgroundSender:
@@ -37,22 +91,23 @@ class BackgroundSender:
         client: the shared connection.
         timeout: seconds :meth:`send` may wait for room, and :meth:`close`
             for the thread to deliver what it holds.
-        weights_every_s: least seconds between two weight requests.
+        weights_every_s: least seconds between two weight requests (see
+            :class:`WeightsSchedule`; ``None``: as soon as the runner names newer weights).
+        weights_seq_no: the version of the weights the client holds now.
         depth: batches the hand-over queue holds.
         logger: where delivery failures are logged.
     """
 
-    def __init__(self, client: SharedClient, *, timeout: float, weights_every_s: float, depth: int = 4,
-                 logger: Optional[logging.Logger] = None) -> None:
+    def __init__(self, client: SharedClient, *, timeout: float, weights_every_s: Optional[float],
+                 weights_seq_no: int = 0, depth: int = 4, logger: Optional[logging.Logger] = None) -> None:
         self._client = client
         self._timeout = timeout
-        self._weights_every_s = weights_every_s
+        self._schedule = WeightsSchedule(weights_every_s, weights_seq_no, time.monotonic())
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._log = logger or logging.getLogger(__name__)
         self._lock = threading.Lock()
         self._newest: Optional[WeightsUpdate] = None
         self._error: Optional[BaseException] = None
-        self._last_weights = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="rlinks-sender", daemon=True)
         self._thread.start()
 
@@ -108,9 +163,12 @@ class BackgroundSender:
                     self._client.call(self._client.raw.flush)
                     return
                 self._client.call(self._client.raw.send_episodes, item)
-                if time.monotonic() - self._last_weights >= self._weights_every_s:
-                    update = self._client.call(self._client.raw.get_state)
-                    self._last_weights = time.monotonic()
+                raw = self._client.raw
+                now = time.monotonic()
+                if self._schedule.due(now, Extension.WEIGHTS_NOTICE.value in raw.server_extensions,
+                                      raw.weights_notice):
+                    update = self._client.call(raw.get_state)
+                    self._schedule.got(update.seq_no, now)
                     with self._lock:
                         self._newest = update
         except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread, raised there

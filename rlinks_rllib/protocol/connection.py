@@ -254,10 +254,15 @@ class StateReceived:
 
 @dataclass(frozen=True)
 class Acked:
-    """(client) ``ACK``: ``batch`` is confirmed; ``None`` when ``seq`` was confirmed before (a resend)."""
+    """(client) ``ACK``: ``batch`` is confirmed; ``None`` when ``seq`` was confirmed before (a resend).
+
+    ``weights_seq_no``: the runner's weights version when it sent the ``ACK``
+    (``weights_notice`` agreed), else ``None``.
+    """
 
     seq: int
     batch: Optional[Batch]
+    weights_seq_no: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -798,16 +803,27 @@ class Connection:
         if self.state is State.AWAITING_WEIGHTS and MessageType.SET_STATE not in self._owed:
             self.state = State.READY
 
-    def send_ack(self, seq: int) -> None:
+    def send_ack(self, seq: int, *, weights_seq_no: Optional[int] = None) -> None:
         """(server) Confirm batch ``seq``: RLlib has it.
 
+        Args:
+            weights_seq_no: the runner's weights version now; required exactly
+                when ``weights_notice`` was agreed (a client that did not agree
+                gets the plain ``ACK``, byte for byte).
+
         Raises:
-            LocalProtocolError: the client did not agree to ``ack``, or the handshake isn't done.
+            LocalProtocolError: the client did not agree to ``ack``, the handshake isn't done,
+                or ``weights_seq_no`` given to a client that did not agree to ``weights_notice`` (or missing).
         """
         self._require(Role.SERVER, "acknowledge batches")
         if self.state not in _ANSWERED or not self.speaks(Extension.ACK):
             raise LocalProtocolError(f"ACK to a client that did not agree to 'ack' (state {self.state.value})")
-        self._send(ack_message(seq))
+        if self.speaks(Extension.WEIGHTS_NOTICE) != (weights_seq_no is not None):
+            raise LocalProtocolError(
+                "weights_seq_no goes with ACK exactly when the client agreed to weights_notice "
+                f"(agreed: {self.speaks(Extension.WEIGHTS_NOTICE)}, given: {weights_seq_no})"
+            )
+        self._send(ack_message(seq, weights_seq_no))
 
     def send_actions(self, env: list, actions: Any, weights_seq_no: int) -> None:
         """(server) Answer the unanswered ``ACT``: ``actions[i]`` for ``env[i]``.
@@ -911,7 +927,8 @@ class Connection:
         if self.state not in _ANSWERED:
             raise self._unexpected(kind, "nothing (we have not sent PING)")
         if kind is MessageType.ACK and self.speaks(Extension.ACK):
-            return Acked(message["seq"], self.window.acknowledge(message["seq"]))
+            named = message.get("weights_seq_no") if self.speaks(Extension.WEIGHTS_NOTICE) else None
+            return Acked(message["seq"], self.window.acknowledge(message["seq"]), named)
         if not self._owed or kind is not self._owed[0]:
             raise self._unexpected(kind, self._owed[0].value if self._owed else "nothing")
         self._owed.popleft()

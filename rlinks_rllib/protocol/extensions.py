@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from .errors import InvalidMessage
 from .limits import MAX_OFFER_DEPTH
 
-__all__ = ["EXTENSIONS_VERSION", "RLINKS_KEY", "Extension", "Offer", "make_offer", "parse_offer", "negotiate"]
+__all__ = ["EXTENSIONS_VERSION", "RLINKS_KEY", "NEEDS", "Extension", "Offer", "make_offer", "parse_offer", "negotiate"]
 
 #: Version of the extension set as a whole; bumped when an extension changes meaning.
 EXTENSIONS_VERSION = 1
@@ -73,6 +73,10 @@ class Extension(str, enum.Enum):
     #: The client sends plain samples (``SAMPLES``: dicts of arrays, not
     #: episodes) to a consumer such as a training loop's dataset (``protocol.samples``).
     SAMPLES = "samples"
+    #: Every ``ACK`` carries ``weights_seq_no``: the runner's weights version
+    #: now, so a client that runs the policy itself asks for weights
+    #: (``GET_STATE``) as soon as they change instead of polling. Needs ``ack``.
+    WEIGHTS_NOTICE = "weights_notice"
 
 
 @dataclass(frozen=True)
@@ -130,12 +134,18 @@ def parse_offer(message: Mapping[str, Any]) -> Offer | None:
     return Offer(version=version, extensions=frozenset(names), agent=agent[:128], extra=extra)
 
 
+#: Extensions that mean nothing without another: agreed only together with it.
+NEEDS = {Extension.WEIGHTS_NOTICE.value: Extension.ACK.value}
+
+
 def negotiate(offer: Offer | None, supported: Iterable[str | Extension]) -> frozenset[str]:
-    """The extensions both sides speak: the peer's offer cut down to ``supported``."""
+    """The extensions both sides speak: the peer's offer cut down to ``supported``,
+    less any whose prerequisite (:data:`NEEDS`) is not among them."""
     if offer is None:
         return frozenset()
     ours = {e.value if isinstance(e, Extension) else e for e in supported}
-    return frozenset(offer.extensions & ours)
+    agreed = offer.extensions & ours
+    return frozenset(name for name in agreed if NEEDS.get(name, name) in agreed)
 
 
 def _check_depth(value: Any) -> None:

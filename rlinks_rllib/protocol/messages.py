@@ -138,6 +138,7 @@ _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.EPISODES: {"timesteps": (int,), "seq": (int,)},
     MessageType.EPISODES_AND_GET_STATE: {"timesteps": (int,), "seq": (int,)},
     MessageType.SAMPLES: {"seq": (int,)},
+    MessageType.ACK: {"weights_seq_no": (int,)},
     MessageType.ACT: {"taken_mask": (np.ndarray, list), "taken": (np.ndarray, list), "train": (np.ndarray, list)},
 }
 
@@ -217,9 +218,11 @@ def error(code: str, message: str) -> dict:
     return {"type": MessageType.ERROR.value, "code": code, "message": message}
 
 
-def ack(seq: int) -> dict:
-    """An ``ACK``: the ``EPISODES`` batch ``seq`` is safely in the server's inbox."""
-    return {"type": MessageType.ACK.value, "seq": seq}
+def ack(seq: int, weights_seq_no: int | None = None) -> dict:
+    """An ``ACK``: RLlib has taken batch ``seq``; ``weights_seq_no``: the runner's weights now (``weights_notice``)."""
+    if weights_seq_no is None:
+        return {"type": MessageType.ACK.value, "seq": seq}
+    return {"type": MessageType.ACK.value, "seq": seq, "weights_seq_no": weights_seq_no}
 
 
 def auth(proof: bytes) -> dict:

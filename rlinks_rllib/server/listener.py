@@ -208,8 +208,9 @@ class RLinkServer:
             # Single-agent ingests read the take-over marker (EpisodeIngest, takeover.py).
             self.extensions |= {Extension.TAKEOVER.value}
         if not on_policy:
-            # Exploration schedules (DQN's epsilon) follow RLlib's step count in clients that run the policy.
-            self.extensions |= {Extension.TIMESTEP.value}
+            # Exploration schedules (DQN's epsilon) follow RLlib's step count in clients that run the policy;
+            # ACKs name the weights version, so those clients fetch new weights as soon as they exist.
+            self.extensions |= {Extension.TIMESTEP.value, Extension.WEIGHTS_NOTICE.value}
         #: RLlib's env steps sampled when the weights served now came (the ``timestep`` extension).
         self._timestep = 0
         self._modules_for = modules_for
@@ -285,6 +286,11 @@ class RLinkServer:
         warning = exposure_warning(settings, authenticated=self.auth_secret is not None, address=self.address)
         if warning is not None:
             logger.warning("%s", warning)
+
+    @property
+    def weights_seq_no(self) -> int:
+        """(Loop thread) The version of the weights served now: what a ``GET_STATE`` would get."""
+        return self.scheduler.weights_seq_no
 
     @property
     def healthy(self) -> bool:

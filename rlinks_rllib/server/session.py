@@ -100,6 +100,10 @@ class SessionHost(Protocol):
     #: :meth:`Session.check_deadlines` for those due, and only those.
     deadlines: DeadlineQueue
 
+    @property
+    def weights_seq_no(self) -> int:
+        """The version of the weights the runner serves now (named in ``ACK`` under ``weights_notice``)."""
+
     def session_opened(self, session: "Session") -> bool:
         """A connection was made; ``False``: too many clients, the session refuses it (and is counted)."""
 
@@ -226,10 +230,15 @@ class Session(asyncio.BufferedProtocol):
         self._flush()
 
     def send_ack(self, seq: int) -> None:
-        """Confirm batch ``seq``: RLlib has it (a client that does not take ACKs is skipped)."""
+        """Confirm batch ``seq``: RLlib has it (a client that does not take ACKs is skipped).
+
+        A client that agreed to ``weights_notice`` is told the runner's weights
+        version with it, so it asks for new weights as soon as there are some.
+        """
         if not self.ready or not self.conn.speaks(Extension.ACK):
             return
-        self.conn.send_ack(seq)
+        named = self.host.weights_seq_no if self.conn.speaks(Extension.WEIGHTS_NOTICE) else None
+        self.conn.send_ack(seq, weights_seq_no=named)
         self._flush()
 
     def fail(self, code: Union[ErrorCode, str], reason: str) -> None:

@@ -31,6 +31,8 @@ export const Extension = Object.freeze({
   TIMESTEP: "timestep",
   /** SAMPLES: plain dicts of arrays for a training loop's dataset (not used by this client yet). */
   SAMPLES: "samples",
+  /** Every ACK carries the runner's weights version (not used by this client yet). */
+  WEIGHTS_NOTICE: "weights_notice",
 });
 
 const MAX_NAMES = 64;
