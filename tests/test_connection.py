@@ -245,6 +245,9 @@ SETUPS = {
     "client READY": (State.READY, lambda: connect()[0]),
     "client READY owing SET_CONFIG": (State.READY, lambda: _client_after("send_get_config")),
     "client READY, 7 batches sent": (State.READY, lambda: _client_after(*["send_episodes"] * 7)),
+    "client READY, weights_notice, 7 batches sent": (State.READY, lambda: _client_after(
+        *["send_episodes"] * 7, c=client(extensions=EXT + ("weights_notice",)),
+        s=server(extensions=EXT + ("weights_notice",)))),
     "client AWAITING_WEIGHTS": (State.AWAITING_WEIGHTS, lambda: _client_after("send_episodes(on_policy)")),
     "client READY owing ENDPOINTS": (
         State.READY, lambda: _client_after("send_get_endpoints", c=client(extensions=["endpoints"]), s=directory())),
@@ -1134,6 +1137,10 @@ VALID_VECTORS = [
     ("valid_set_state_large_array", None, "client AWAITING_WEIGHTS", _weights),
     ("valid_ack", None, "client READY, 7 batches sent", _one("Acked", seq=7, batch=7)),
     ("valid_ack", None, "client READY", lambda m: [UNEXPECTED]),
+    ("valid_ack_weights_notice", None, "client READY, weights_notice, 7 batches sent",
+     _one("Acked", seq=7, batch=7, weights_seq_no=42)),
+    ("valid_ack_weights_notice", None, "client READY, 7 batches sent",
+     _one("Acked", seq=7, batch=7, weights_seq_no=None)),
     ("valid_error", None, "client READY", _error),
     ("valid_error", None, "client AWAITING_WEIGHTS", _error),
     ("valid_directory", [0], "directory READY", _one("EndpointsRequested")),

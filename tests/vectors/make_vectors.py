@@ -431,6 +431,9 @@ def cases() -> dict[str, Callable[[], Case]]:
         {"type": "ERROR", "code": "frame_too_large", "message": "frame of 70,000,000 bytes exceeds the limit"},
     )
     c["valid_ack"] = lambda: valid("ACK for EPISODES seq 7 (ack extension).", {"type": "ACK", "seq": 7})
+    c["valid_ack_weights_notice"] = lambda: valid(
+        "ACK for seq 7 naming the runner's weights version 42 (weights_notice extension, PROTOCOL.md 10.2.1); "
+        "a client that did not agree to it reads a plain ACK.", {"type": "ACK", "seq": 7, "weights_seq_no": 42})
     c["valid_auth_handshake"] = lambda: valid(
         "The auth extension: PING with the client's nonce, then AUTH and AUTH_OK with 32-byte HMAC proofs "
         "(see docs/PROTOCOL.md 10.3 for how nonces and proofs are made).",
