@@ -13,21 +13,28 @@ run it, with two dummy clients on the directory.
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from harness import train_through_cli
+from harness import RLINKS, ROOT, train_through_cli
+from rlinks_rllib.training.learner import EXIT_TERMINATED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def _shipped(tmp_path: Path, name: str, **stop) -> str:
+def _shipped(tmp_path: Path, name: str, env_runners: dict | None = None, **stop) -> str:
     from rlinks_rllib.bundled import bundled_config
 
     spec = yaml.safe_load(bundled_config(name).read_text())
     spec["stop"] = {**spec["stop"], **stop}
+    spec["env_runners"] = {**spec["env_runners"], **(env_runners or {})}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)
@@ -60,3 +67,88 @@ def test_impala_with_two_remote_runners_waits_for_its_simulators_then_learns(tmp
     assert int(last[header.index("weights_seq_no")]) > 10, rows[-1]  # pulled from the state server
     assert "running NumpyPolicy here, off-policy" in run.client_out
     print(f"\nIMPALA reached {run.reached:.1f} in {run.seconds:.0f} s, {len(rows) - 1} iterations")
+
+
+#: Long enough for every runner to answer empty some ten times in a row (5 s each) while its clients are
+#: connected: without a wait for silent simulators, a pack of those empty results killed the learner.
+PAUSE_S = 35
+
+#: A runner with connected clients waited 0.75 of ``sample_timeout_s`` (45 s of RLlib's 60) before it answered
+#: empty, so the crash took some four minutes of silence; at 6 s it answers empty every 4.5 s, as a runner
+#: with no client does (every 5 s), and ten empty answers come well within the pause.
+QUICK_EMPTY = {"sample_timeout_s": 6}
+
+
+def test_impala_waits_for_simulators_that_stay_connected_but_fall_silent(tmp_path):
+    """The simulators train a little, then pause for 35 s (connected, sending nothing), then go on.
+
+    The learner waits for them rather than pack empty results into an
+    update, says so, and trains on once they send again (without the wait,
+    RLlib's learner failed with ``IndexError`` and training stalled).
+    """
+    run = train_through_cli(tmp_path, ["--config", _shipped(tmp_path, "impala_cartpole", QUICK_EMPTY, reward=None,
+                                                            iters=8)],
+                            ["-n", "2", "--", "--off-policy", "--max-steps", "1000000000",
+                             "--pause-after-steps", "1000", "--pause-s", str(PAUSE_S)], timeout_s=420)
+    log = run.learner_log
+    assert run.returncode == 0 and "IndexError" not in log, log[-3000:]
+    waits = log.index("connected but silent")
+    goes_on = log.index("the simulators send steps again: training goes on", waits)
+    before, after = _env_steps(log[:waits]), _env_steps(log[goes_on:])
+    assert after > before, log[-3000:]
+    rows = (run.output / "progress.csv").read_text().splitlines()
+    header, last = rows[0].split(","), rows[-1].split(",")
+    assert int(last[header.index("weights_seq_no")]) > 5, rows[-1]  # trained after the pause
+    print(f"\nIMPALA through a {PAUSE_S} s pause: env steps {before} before it, {after} at the end, "
+          f"{run.seconds:.0f} s")
+
+
+#: Bounds of the waits in the SIGTERM test (generous for a loaded 2-core machine; what it took is printed).
+SILENT_BY_S = 300
+STOP_S = 60
+
+
+def test_impala_stops_on_sigterm_while_its_simulators_are_silent(tmp_path):
+    """SIGTERM while the learner waits for connected, silent simulators: it stops at once, with a checkpoint."""
+    log_path = tmp_path / "learner.log"
+    output = tmp_path / "run"
+    config = _shipped(tmp_path, "impala_cartpole", QUICK_EMPTY, reward=None, iters=1000)
+    with open(log_path, "w+") as log:
+        learner = subprocess.Popen([*RLINKS, "learner", "--config", config, "--port", "0", "--output", str(output)],
+                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        clients = None
+        try:
+            deadline = time.monotonic() + SILENT_BY_S
+            while not (output / "endpoints.json").exists():  # written after directory.json
+                assert learner.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            address = json.loads((output / "directory.json").read_text())
+            clients = subprocess.Popen([*RLINKS, "client", "--address", f"{address['host']}:{address['port']}", "-n",
+                                        "2", "--", "--off-policy", "--max-steps", "1000000000",
+                                        "--pause-after-steps", "1000", "--pause-s", "600"],
+                                       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            while "connected but silent" not in log_path.read_text():
+                assert learner.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            sent = time.monotonic()
+            learner.send_signal(signal.SIGTERM)
+            code = learner.wait(STOP_S)
+            took = time.monotonic() - sent
+        finally:
+            for proc in (learner, clients):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGINT if proc is learner else signal.SIGTERM)
+                    try:
+                        proc.wait(60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(10)
+    out = log_path.read_text()
+    assert code == EXIT_TERMINATED and "IndexError" not in out, out[-3000:]
+    assert "terminated (SIGTERM) after" in out and (output / "checkpoint").is_dir(), out[-3000:]
+    print(f"\nIMPALA stopped {took:.1f} s after SIGTERM with its simulators connected and silent")
+
+
+def _env_steps(log: str) -> int:
+    """The env steps of the last iteration line in ``log``."""
+    return int(re.findall(r"env steps\s+([\d,]+)", log)[-1].replace(",", ""))

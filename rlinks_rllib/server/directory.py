@@ -62,6 +62,8 @@ class Endpoint:
     host: str
     port: int
     clients: int = 0
+    #: Seconds its clients have sent nothing (the runner's ``quiet_s``); the learner's, not on the wire.
+    quiet_s: float = 0.0
 
     def as_wire(self) -> dict:
         return {"worker_index": self.worker_index, "host": self.host, "port": self.port, "clients": self.clients}

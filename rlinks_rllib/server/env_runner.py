@@ -70,8 +70,9 @@ _RECORDED = "_rlinks_recorded"
 #: Used when RLlib's ``sample_timeout_s`` is None: sample() still never waits forever.
 _DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 
-#: The longest a sample() of IMPALA or APPO waits for a first step while no client is connected: well
-#: within the learner's question to its runners after every iteration (learner.py), which queues behind it.
+#: The longest a sample() of IMPALA or APPO waits for a first step, clients connected or not: well within
+#: the learner's question to its runners after every iteration (learner.py) and RLlib's ``stop()`` at the
+#: end, which queue behind it on the actor. Simulators that stay silent longer are the learner's to wait for.
 _COUNTED_IDLE_WAIT_S = 5.0
 
 #: The longest a sample() waits for IMPALA's or APPO's state server to answer whether it has newer weights.
@@ -139,6 +140,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self.on_policy = _is_on_policy(self.config)
         #: IMPALA and APPO: a sample() hands over at least one step whenever it can (see sample()).
         self._counted = counts_results_as_fragments(self.config)
+        #: When the wait of the first sample() in a row that got nothing began, and the steps that had come by
+        #: then (:meth:`_steps_came`); None: the last sample() got steps.
+        self._quiet_since: Optional[tuple[float, int]] = None
         self._setup_off_policy_flow()
         #: Set by :meth:`stop_if_idle`: sample() hands nothing over any more (the learner is stopping).
         self._stopped_handing = False
@@ -235,8 +239,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if self.server is None:
             return {}
         stats = self.server.stats.snapshot()
-        stats.update(inbox_steps=self.server.inbox.steps, weights_seq_no=self._weights_seq_no,
-                     dropped_stale_steps=self._dropped_stale_steps,
+        stats.update(inbox_steps=self.server.inbox.steps, quiet_s=self._quiet_s(),
+                     weights_seq_no=self._weights_seq_no, dropped_stale_steps=self._dropped_stale_steps,
                      dropped_backlog_steps=self._dropped_backlog_steps)
         if self._recorder is not None:
             stats.update(self._recorder.stats())
@@ -268,6 +272,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self._log_sampled([], [], 0, [])
             return []
         self._pull_newer_state()
+        began, came = time.monotonic(), self._steps_came()
         timeout_s = self.config.sample_timeout_s or _DEFAULT_SAMPLE_TIMEOUT_S
         # Called again before new weights, after this runner handed over its
         # whole share, the pacer answers quickly for a grace period, then
@@ -277,17 +282,23 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if plan.extend_steps:
             self.server.extend_update(plan.extend_steps)
         wanted = self._pacer.steps_to_take() if self._credit is None else self._credit.wanted()
+        first_wait_s = plan.wait_s
         if self._counted:
             # IMPALA and APPO hold no replay ratio on sample() calls but count each result as a fragment:
-            # never hand over nothing for a surplus, and wait a while for a first client rather than
-            # answer empty every idle poll (ten empty answers in a row make a pack that fails the learner).
+            # never hand over nothing for a surplus, and wait a while for a first step rather than answer
+            # empty every idle poll (ten empty answers in a row make a pack that fails the learner), but
+            # no longer than _COUNTED_IDLE_WAIT_S: silent simulators are the learner's to wait for (quiet_s).
             wanted = self._target_steps
-            idle_wait_s = min(timeout_s * self.settings.sample_wait_fraction, _COUNTED_IDLE_WAIT_S)
-            plan = dataclasses.replace(plan, wait_s=max(plan.wait_s, idle_wait_s))
+            first_wait_s = min(timeout_s * self.settings.sample_wait_fraction, _COUNTED_IDLE_WAIT_S)
+            plan = dataclasses.replace(plan, wait_s=max(plan.wait_s, first_wait_s))
         finished = []
         if self._drop_backlog:
             self._drop(self.server.inbox.drop_oldest(self._backlog), finished)
-        batches = self.server.inbox.take(wanted, plan.wait_s if wanted else 0.0)
+        batches = self.server.inbox.take(wanted, min(first_wait_s, plan.wait_s) if wanted else 0.0)
+        got = sum(batch.steps for batch in batches)
+        if batches and got < wanted and plan.wait_s > first_wait_s:
+            # Steps come: wait for the rest as long as the plan says.
+            batches += self.server.inbox.take(wanted - got, max(0.0, began + plan.wait_s - time.monotonic()))
         short = wanted - sum(batch.steps for batch in batches)
         if short > 0 and self.server.serves_actions:
             # Steps of served clients wait in the runner until an update has
@@ -317,9 +328,27 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if self.settings.record_untrained:
             self._record(stale, trained=False)
         self._pacer.sampled(steps, time.monotonic())
+        if batches:
+            self._quiet_since = None
+        elif self._quiet_since is None:
+            self._quiet_since = (began, came)
         self._confirm_and_keep(batches)
         self._log_sampled(episodes, lags, steps, finished)
         return episodes
+
+    def _steps_came(self) -> int:
+        """Env steps that came from clients so far: sent in batches, or recorded from served actions."""
+        stats = self.server.stats
+        return stats.steps_in + stats.served_steps
+
+    def _quiet_s(self) -> float:
+        """Seconds since the wait of the first ``sample()`` in a row that got nothing began, if no step came
+        since; 0.0 when the last one got steps or steps came after it. The learner holds IMPALA and APPO
+        while every runner with clients is quiet (``training/learner.py``)."""
+        if self._quiet_since is None or self.server is None:
+            return 0.0
+        began, came = self._quiet_since
+        return 0.0 if self._steps_came() != came else time.monotonic() - began
 
     def _log_sampled(self, episodes: list, lags: list[int], steps: int, finished: list) -> None:
         """Every ``sample()`` logs its counts, nothing included: a sum logged nothing since the last

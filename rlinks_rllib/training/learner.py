@@ -139,8 +139,9 @@ def _live_runners(algo) -> list:
 
     def describe(runner):
         address = runner.get_address()
-        clients = runner.get_transport_stats().get("clients_connected", 0)
-        return None if address is None else Endpoint(runner.worker_index, address[0], address[1], clients)
+        stats = runner.get_transport_stats()
+        return None if address is None else Endpoint(runner.worker_index, address[0], address[1],
+                                                     stats.get("clients_connected", 0), stats.get("quiet_s", 0.0))
 
     group = algo.env_runner_group
     if group.num_remote_env_runners() == 0:
@@ -150,36 +151,58 @@ def _live_runners(algo) -> list:
     return sorted((e for e in found if e is not None), key=lambda e: e.worker_index)
 
 
-#: Seconds between two looks for a simulator while IMPALA or APPO waits for one (:func:`_wait_for_a_simulator`).
+#: Seconds between two looks for a simulator while IMPALA or APPO waits for one (:func:`_wait_for_simulators`).
 _SIMULATOR_POLL_S = 1.0
 
 
-def _wait_for_a_simulator(algo, directory, terminated: threading.Event, print_fn: Callable[[str], None]) -> bool:
-    """Hold IMPALA's or APPO's next iteration until a simulator is connected; ``False`` on SIGTERM.
+def _simulators_silent(runners: list) -> bool:
+    """Whether no step can come: no runner has a client, or every runner that has one is quiet (``quiet_s``).
 
-    Asked only when the runners had no simulator after the last iteration (or before the first).
+    A runner is quiet once a ``sample()`` came back with nothing and no
+    step came since: its simulators are connected but silent (a game
+    paused, a robot waiting for a reset, a debugger's breakpoint).
+    """
+    return all(endpoint.quiet_s > 0 for endpoint in runners if endpoint.clients)
+
+
+def _wait_for_simulators(algo, directory, terminated: threading.Event, print_fn: Callable[[str], None]) -> bool:
+    """Hold IMPALA's or APPO's next iteration until a simulator sends steps; ``False`` on SIGTERM.
+
+    Asked only when the runners had no simulator, or only silent ones,
+    after the last iteration (or before the first).
 
     They count every ``sample()`` result as a rollout fragment and pack ten
-    or so into one update without looking into them. With no simulator
-    every result is empty (the runners can only wait a few seconds for one,
-    see ``server/env_runner.py``), and a pack of empty results fails
-    RLlib's learner (``IndexError`` in ``AddOneTsToEpisodesAndTruncate``):
-    the learner died some 25 s after its last simulator left. So between
-    iterations, with no simulator on any runner, nothing is sampled.
+    or so into one update without looking into them. With no simulator, or
+    only silent ones, every result is empty (a runner waits at most a few
+    seconds for a first step, see ``server/env_runner.py``), and a pack of
+    empty results fails RLlib's learner (``IndexError`` in
+    ``AddOneTsToEpisodesAndTruncate``): the learner died some 25 s after
+    its last simulator left, and a remote learner's update failed so once
+    connected simulators had been silent for ten empty results (some 25 s
+    at a ``sample_timeout_s`` of 6 s, four minutes at RLlib's 60 s). So
+    between iterations, while no step can come, nothing is sampled.
     """
-    said = False
+    said = None  # what the learner last said it waits for
     while not terminated.is_set():
         runners = _live_runners(algo)
         if directory is not None:
             directory.update(runners)
-        if any(endpoint.clients for endpoint in runners):
-            if said:
+        connected = [endpoint for endpoint in runners if endpoint.clients]
+        if not _simulators_silent(runners):
+            if said == "silent":
+                print_fn("the simulators send steps again: training goes on")
+            elif said is not None:
                 print_fn("a simulator connected: training goes on")
             return True
-        if not said:
-            print_fn(f"no simulator connected: {algo.config.algo_class.__name__} waits for one before "
-                     "its next iteration")
-            said = True
+        name = algo.config.algo_class.__name__
+        if not connected and said != "none":
+            print_fn(f"no simulator connected: {name} waits for one before its next iteration")
+            said = "none"
+        elif connected and said != "silent":
+            quiet_s = min(endpoint.quiet_s for endpoint in connected)
+            print_fn(f"{sum(e.clients for e in connected)} simulator(s) connected but silent for {quiet_s:.0f} s: "
+                     f"{name} waits for their steps before its next iteration")
+            said = "silent"
         terminated.wait(_SIMULATOR_POLL_S)
     return False
 
@@ -465,9 +488,9 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
     wait_for_simulators = not is_offline(algo.config) and counts_results_as_fragments(algo.config)
     runners: list = []  # as the runners answered after the last iteration
     for iteration in range(1, stop_iters + 1):
-        if (wait_for_simulators and not any(endpoint.clients for endpoint in runners)
-                and not _wait_for_a_simulator(algo, directory, terminated, print_fn)):
-            break  # SIGTERM while no simulator was connected
+        if (wait_for_simulators and _simulators_silent(runners)
+                and not _wait_for_simulators(algo, directory, terminated, print_fn)):
+            break  # SIGTERM while no simulator was connected or sending
         try:
             result = algo.train()
         except _StoppedWaiting:
