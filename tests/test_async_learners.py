@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import RLINKS, ROOT, train_through_cli
+from harness import CARTPOLE, RLINKS, ROOT, train_through_cli
 from rlinks_rllib.training.learner import EXIT_TERMINATED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -147,6 +147,51 @@ def test_impala_stops_on_sigterm_while_its_simulators_are_silent(tmp_path):
     assert code == EXIT_TERMINATED and "IndexError" not in out, out[-3000:]
     assert "terminated (SIGTERM) after" in out and (output / "checkpoint").is_dir(), out[-3000:]
     print(f"\nIMPALA stopped {took:.1f} s after SIGTERM with its simulators connected and silent")
+
+
+def test_a_runner_with_a_silent_client_answers_empty_soon_and_says_it_is_quiet(ray_local):
+    """APPO's runner, a client connected that sends nothing: ``sample()`` answers empty after at most 5 s (it
+    waited 45 s of RLlib's 60 s ``sample_timeout_s``, with the learner's question queued behind) and reports
+    ``quiet_s``, which the learner waits on; the first step that comes ends it."""
+    import numpy as np
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    from rlinks_rllib import RLinkEnvRunner
+    from rlinks_rllib.client import RLinkClient
+    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+
+    config = (APPOConfig()
+              .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
+                           env_config={"port": 0})
+              .env_runners(num_env_runners=0, rollout_fragment_length=50))
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    client = RLinkClient("{}:{}".format(*runner.address), timeout=30.0)
+    try:
+        client.connect()
+        deadline = time.monotonic() + 30
+        while runner.get_transport_stats()["clients_connected"] < 1:
+            assert time.monotonic() < deadline, "the client never connected"
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert runner.sample() == []
+        took = time.monotonic() - started
+        assert runner.get_transport_stats()["quiet_s"] > 0
+        builder, obs = EpisodeBuilder(), np.zeros(4, np.float32)
+        builder.reset(obs)
+        for _ in range(50):
+            builder.step(0, 1.0, obs, False, False,
+                         extra={"action_logp": np.float32(-0.69), "action_dist_inputs": np.zeros(2, np.float32)})
+        client.send_episodes(builder.take_chunks())
+        deadline = time.monotonic() + 30
+        while runner.get_transport_stats()["quiet_s"] > 0:  # until the steps came
+            assert time.monotonic() < deadline, "the steps never came"
+            time.sleep(0.1)
+        assert sum(len(episode) for episode in runner.sample()) == 50
+        assert runner.get_transport_stats()["quiet_s"] == 0
+    finally:
+        client.close()
+        runner.stop()
+    print(f"\nan empty sample() with a silent client connected took {took:.1f} s")
 
 
 def _env_steps(log: str) -> int:
