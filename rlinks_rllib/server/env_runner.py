@@ -294,7 +294,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         finished = []
         if self._drop_backlog:
             self._drop(self.server.inbox.drop_oldest(self._backlog), finished)
-        batches = self.server.inbox.take(wanted, min(first_wait_s, plan.wait_s) if wanted else 0.0)
+        batches = self.server.inbox.take(wanted, first_wait_s if wanted else 0.0)
         got = sum(batch.steps for batch in batches)
         if batches and got < wanted and plan.wait_s > first_wait_s:
             # Steps come: wait for the rest as long as the plan says.
