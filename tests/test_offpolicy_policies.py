@@ -20,7 +20,7 @@ from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_PREDS
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.algorithms.sac import SACConfig
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.distribution.torch.torch_distribution import TorchSquashedGaussian
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchSquashedGaussian
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.utils import numpy as rllib_numpy
 from ray.rllib.utils.schedules.scheduler import Scheduler
@@ -361,3 +361,92 @@ def test_shipped_offpolicy_configs_build_modules_the_client_runs(name, policy_cl
     else:
         assert policy.squashed
         assert_close(policy.action_dist_inputs(obs), torch_logits(module, obs, explore=True))
+
+
+# --- SAC with Discrete actions (CartPole) -----------------------------------------
+
+SAC_DISCRETE_CASES = {
+    "default": (CARTPOLE_ACT, {}),
+    "shipped-cartpole": (CARTPOLE_ACT, {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu",
+                                        "head_fcnet_hiddens": []}),
+    "discrete-5-layernorm-head-hiddens": (
+        gym.spaces.Discrete(5), {"fcnet_hiddens": [32, 16], "fcnet_use_layernorm": True, "head_fcnet_hiddens": [8],
+                                 "head_fcnet_activation": "silu", "fcnet_activation": "elu"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAC_DISCRETE_CASES))
+def test_sac_discrete_action_distribution_is_rllibs(case):
+    """The same weights and observations give RLlib's categorical: its logits, the probability and logp of
+    every action, draws at those probabilities, its greedy action, and its logp for a taken-over action."""
+    act_space, model_config = SAC_DISCRETE_CASES[case]
+    _, module = build_module(SACConfig, CARTPOLE_OBS, act_space, **model_config)
+    dist_cls = module.get_exploration_action_dist_cls()
+    assert dist_cls is TorchCategorical
+    policy = NumpyPolicy(module.get_state(inference_only=True), act_space, **activations(model_config))
+    assert not policy.squashed
+    obs = random_obs(256, CARTPOLE_OBS)
+
+    logits = policy.action_dist_inputs(obs)
+    assert_close(logits, torch_logits(module, obs, explore=True))
+    assert_close(logits, torch_logits(module, obs))
+    dist = dist_cls.from_logits(torch.from_numpy(logits))
+    every = np.arange(act_space.n)
+    for action in every:  # the whole distribution, action by action
+        column = np.full(256, action, np.int64)
+        np.testing.assert_allclose(policy.log_prob_of(logits, column), dist.logp(torch.from_numpy(column)).numpy(),
+                                   atol=1e-5)
+
+    out = policy.compute_actions(obs, rng=np.random.default_rng(5))
+    assert out.action.dtype == np.int64 and out.action.shape == (256,)
+    np.testing.assert_array_equal(out.action_for_env, out.action)
+    np.testing.assert_allclose(out.action_logp, dist.logp(torch.from_numpy(out.action)).numpy(), atol=1e-5)
+
+    # Draws follow the probabilities: one observation, many times.
+    one = np.repeat(obs[:1], 40_000, axis=0)
+    drawn = policy.compute_actions(one, rng=np.random.default_rng(6)).action
+    probs = torch.softmax(torch.from_numpy(logits[0]), dim=-1).numpy()
+    np.testing.assert_allclose(np.bincount(drawn, minlength=act_space.n) / len(drawn), probs, atol=0.01)
+
+    # Greedy: RLlib's deterministic categorical, the argmax.
+    greedy = policy.compute_actions(obs, explore=False)
+    expected = module.get_inference_action_dist_cls().from_logits(torch.from_numpy(logits)).to_deterministic()
+    np.testing.assert_array_equal(greedy.action, expected.sample().numpy())
+    np.testing.assert_array_equal(greedy.action_logp, np.zeros(256, np.float32))
+
+    # A take-over: the taken action as RLlib trains on it (its index), with RLlib's logp of it.
+    taken = np.arange(8) % act_space.n
+    took = policy.outputs_for(obs[:8], taken)
+    np.testing.assert_array_equal(took.action, taken)
+    np.testing.assert_allclose(took.action_logp, dist_cls.from_logits(torch.from_numpy(logits[:8]))
+                               .logp(torch.from_numpy(taken)).numpy(), atol=1e-5)
+
+
+def test_sac_discrete_records_what_rllibs_runner_records():
+    model = SAC_DISCRETE_CASES["shipped-cartpole"][1]
+    config = with_env(SACConfig(), "CartPole-v1").rl_module(model_config=DefaultModelConfig(**model))
+    episodes, params = sample_rllib_runner(config, 24)
+    policy = policy_for(runner_description(config), params)
+    assert type(policy) is NumpyPolicy and not policy.squashed
+    for episode in episodes:
+        obs = np.asarray(episode.get_observations())[:-1]
+        actions = np.asarray(episode.get_actions())
+        recorded_inputs = np.asarray(episode.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS))
+        recorded_logp = np.asarray(episode.get_extra_model_outputs(Columns.ACTION_LOGP))
+        assert_close(policy.action_dist_inputs(obs), recorded_inputs)
+        np.testing.assert_allclose(policy.log_prob_of(recorded_inputs, actions), recorded_logp, atol=1e-5)
+        ours = policy.compute_actions(obs, rng=np.random.default_rng(0))
+        # RLlib's episode holds int32 indices here, the client's int64: the loss casts both to int64.
+        assert ours.action.dtype.kind == actions.dtype.kind == "i" and ours.action.shape == actions.shape
+
+
+def test_shipped_sac_cartpole_config_builds_a_discrete_module_the_client_runs():
+    config = build_algorithm_config(load_spec(ROOT / "configs" / "sac_cartpole.yaml"))
+    config.validate()
+    assert isinstance(config.action_space, gym.spaces.Discrete)
+    module = config.get_rl_module_spec(inference_only=True).build()
+    policy = policy_for(runner_description(config), module.get_state(inference_only=True))
+    assert type(policy) is NumpyPolicy and not policy.squashed
+    obs = random_obs(16, config.observation_space)
+    assert_close(policy.action_dist_inputs(obs), torch_logits(module, obs, explore=True))
