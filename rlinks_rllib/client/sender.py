@@ -9,10 +9,9 @@ with :meth:`BackgroundSender.newest_weights`. A runner that agreed to
 every ``weights_every_s``, so a client follows the learner within one sync
 instead of polling. With no version named for ``WEIGHTS_POLL_S`` (no ``ACK``
 came), or from a runner that names none (RLlib's own), it asks on a timer.
-The hand-over
-queue holds ``depth`` batches: when the network or the runner falls that far
-behind, :meth:`BackgroundSender.send` waits for room (bounded by
-``timeout``), so memory stays bounded and nothing is dropped unseen.
+The hand-over queue holds ``depth`` batches: when the network or the runner
+falls that far behind, :meth:`BackgroundSender.send` waits for room (bounded
+by ``timeout``), so memory stays bounded and nothing is dropped unseen.
 
 An error in the thread (the learner ended, the connection was lost for good)
 is raised again from the loop's next :meth:`~BackgroundSender.send` or
