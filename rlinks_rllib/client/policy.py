@@ -249,7 +249,11 @@ class NumpyPolicy(NetworkPolicy):
     RLlib's SAC does, from a squashed Gaussian: the action recorded is in
     ``[-1, 1]``, with the log-probability RLlib records for it, and the
     simulator applies it unsquashed to the Box bounds
-    (:attr:`PolicyOutput.action_for_env`).
+    (:attr:`PolicyOutput.action_for_env`). With ``Discrete`` actions SAC's
+    module is a categorical over its pi head's logits, as PPO's is: sampled
+    when exploring, the argmax when greedy, the action index recorded with its
+    logp and logits as RLlib's runner records them (SAC's discrete loss reads
+    the index alone).
 
     The policy may keep the caller's parameter arrays rather than copies (see
     :func:`~rlinks_rllib.client.mlp.read_network`): read-only arrays, such as
