@@ -51,9 +51,9 @@ TARGET = 50
 CLIENTS_AFTER_S = 10
 
 
-#: Long enough for every runner to answer empty some ten times in a row (5 s each) while its clients are
-#: connected: without a wait for silent simulators, a pack of those empty results killed the learner.
-PAUSE_S = 35
+#: Long enough for the two runners to answer empty some ten times between them (every 4.5 s each, below)
+#: while their clients are connected: without a wait for silent simulators, a pack of those killed the learner.
+PAUSE_S = 25
 
 #: A runner with connected clients waited 0.75 of ``sample_timeout_s`` (45 s of RLlib's 60) before it answered
 #: empty, so the crash took some four minutes of silence; at 6 s it answers empty every 4.5 s, as a runner
@@ -65,7 +65,7 @@ def test_impala_with_two_remote_runners_waits_for_absent_and_for_silent_simulato
     """The shipped IMPALA config: two remote runners, the weights reach the clients, the target is met.
 
     The simulators come 10 s after the learner listens, train a little,
-    then pause for 35 s (connected, sending nothing) and go on. Both times
+    then pause for 25 s (connected, sending nothing) and go on. Both times
     the learner waits for them between iterations rather than pack empty
     results into an update (without the waits RLlib's learner failed with
     ``IndexError`` and training stalled), says so, and trains on.
@@ -95,6 +95,7 @@ SILENT_BY_S = 300
 STOP_S = 60
 
 
+@pytest.mark.long
 def test_impala_stops_on_sigterm_while_its_simulators_are_silent(tmp_path):
     """SIGTERM while the learner waits for connected, silent simulators: it stops at once, with a checkpoint."""
     log_path = tmp_path / "learner.log"

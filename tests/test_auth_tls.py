@@ -250,7 +250,7 @@ def test_client_with_the_secret_is_served(secret_file):
     with serving(auth="on", auth_secret_file=secret_file) as server:
         port = server.address[1]
         with RLinkClient(f"127.0.0.1:{port}", secret=SECRET, **FAST) as client:
-            assert client.server_extensions == {"ack", "want_steps", "auth", "takeover", "timestep"}  # off-policy
+            assert client.server_extensions == {"ack", "want_steps", "auth", "takeover", "timestep", "weights_notice"}  # off-policy
             assert client.get_state().seq_no == 1
             client.send_episodes([make_episode(4)])
             wait_for(lambda: server.stats.steps_in == 4)
