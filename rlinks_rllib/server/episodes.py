@@ -17,8 +17,10 @@ slot by slot, so a change in RLlib's episode shows up there.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any, Hashable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -54,8 +56,14 @@ from ..protocol.spaces import SpaceMismatch, check_column, check_value, describe
 from .errors import IngestError
 from .settings import RLinkSettings
 from .takeover import Takeovers, split_takeovers, takeover_marker, tally_of
+from .takeover_segments import TakeoverSegments
 
 __all__ = ["EpisodeIngest", "episode_from_state"]
+
+logger = logging.getLogger("rlinks_rllib.server")
+
+#: What a batch of held parts holds for the metrics: no chunk as played (those came with their own message).
+_NO_TALLIES = Takeovers((), 0)
 
 #: What an InfiniteLookbackBuffer without a space holds besides its data.
 _NO_SPACE = {k: v for k, v in InfiniteLookbackBuffer().__dict__.items()
@@ -175,6 +183,13 @@ class EpisodeIngest:
     After each call, :attr:`last_takeovers` says what the message's chunks
     held when any step of them was taken over (``None`` otherwise): the
     caller hands it on with the episodes, to the metrics.
+
+    With the setting ``takeover_terminates`` (off-policy), every chunk goes
+    through :class:`~.takeover_segments.TakeoverSegments` after its checks:
+    the episodes returned are its segments, the part of a chunk it holds
+    back comes with a later call, or from :meth:`release_held`; and
+    :attr:`last_takeovers` is set for every message with chunks, so the
+    metrics count the episodes as played, never their segments.
     """
 
     def __init__(
@@ -193,9 +208,21 @@ class EpisodeIngest:
         self._required_extra = required_extra
         self._on_policy = on_policy
         self.last_takeovers: Optional[Takeovers] = None
+        #: Cuts episodes where the teacher takes over (``takeover_terminates``); None: not cut.
+        self.segments: Optional[TakeoverSegments] = None
+        if settings.takeover_terminates:
+            if on_policy:
+                logger.warning("rlinks: the setting takeover_terminates does nothing for an on-policy learner: "
+                               "taken-over steps are cut out of its updates anyway")
+            else:
+                self.segments = TakeoverSegments()
 
-    def __call__(self, wire_episodes: list) -> tuple[list[SingleAgentEpisode], int]:
+    def __call__(self, wire_episodes: list, tag: Any = None) -> tuple[list[SingleAgentEpisode], int]:
         """Return the message's non-empty chunks as episodes, and their env steps (those RLlib gets).
+
+        ``tag``: with ``takeover_terminates``, what :meth:`release_held` hands
+        back with the parts of this message it holds (the caller's
+        ``(client, weights version)``); otherwise unused.
 
         Raises:
             IngestError: a chunk is malformed, breaks a limit, doesn't fit the
@@ -223,6 +250,8 @@ class EpisodeIngest:
                 continue  # an empty chunk teaches nothing; RLlib's client sends them
             markers.append((clean, marker))
         self.last_takeovers = None
+        if self.segments is not None and markers:
+            return self._segmented(markers, tag)
         if not any(marker is not None for _, marker in markers):
             for clean, _ in markers:
                 episodes.append(episode_from_state(clean))
@@ -240,6 +269,35 @@ class EpisodeIngest:
                 withheld += taken
         self.last_takeovers = Takeovers(tuple(tallies), withheld)
         return episodes, steps
+
+    def _segmented(self, markers: list, tag: Any) -> tuple[list[SingleAgentEpisode], int]:
+        """The message's chunks cut at each onset (``takeover_terminates``), tallied as played."""
+        assert self.segments is not None
+        tallies = [tally_of(clean, int(marker.sum()) if marker is not None else 0) for clean, marker in markers]
+        self.last_takeovers = Takeovers(tuple(tallies), 0)
+        parts = self.segments.segment(markers, time.monotonic(), tag)
+        return [episode_from_state(part) for part, _ in parts], sum(part[T] - part[T_STARTED] for part, _ in parts)
+
+    def release_held(self, *, expired_only: bool = False,
+                     owner: Optional[Hashable] = None) -> list[tuple[Any, list[SingleAgentEpisode], int, Takeovers]]:
+        """Parts held back (``takeover_terminates``), as they are: all, those past the hold bound, or ``owner``'s.
+
+        Returns one ``(tag, episodes, env steps, takeovers)`` per tag they
+        came with, in the order they were held; ``takeovers`` holds no
+        tallies (the chunks were tallied when they came).
+        """
+        if self.segments is None:
+            return []
+        if expired_only:
+            parts = self.segments.expire(time.monotonic())
+        else:
+            parts = self.segments.release(owner)
+        by_tag: dict[Any, tuple[list, list[int]]] = {}
+        for part, tag in parts:
+            episodes, steps = by_tag.setdefault(tag, ([], [0]))
+            episodes.append(episode_from_state(part))
+            steps[0] += part[T] - part[T_STARTED]
+        return [(tag, episodes, steps[0], _NO_TALLIES) for tag, (episodes, steps) in by_tag.items()]
 
 
 #: ``check_episode_state`` keyword rules that hold data to a pair of spaces (the multi-agent ingest's, per module).

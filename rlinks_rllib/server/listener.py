@@ -180,6 +180,8 @@ class RLinkServer:
         self.inbox = Inbox(settings.inbox_max_steps, settings.inbox_max_bytes, on_drained=self._drained_from_thread)
         self.on_policy = on_policy
         self._ingest = ingest
+        #: The ingest cuts episodes where the teacher takes over and holds parts back (``takeover_terminates``).
+        self._segmenting = getattr(ingest, "segments", None) is not None
         self._config_message = config_message
         #: SET_CONFIG frames by whether they carry the policy graph, each encoded once.
         self._config_frames: dict[bool, bytes] = {}
@@ -425,6 +427,8 @@ class RLinkServer:
             # Its open served episodes end here, as truncated; they still train.
             self._batcher.cancel(session)
             self._recorder.drop_client(session)
+        if self._segmenting:
+            self._put_held(self._ingest.release_held(owner=session.client_id))
         self._release(self.scheduler.client_left(session))
         self._cut_served_if_due()
 
@@ -521,6 +525,8 @@ class RLinkServer:
                              f"no ACT within {timeout:g} s while episodes were open (served_report_timeout_s)")
             self.stats.served_expired_envs = self._recorder.expired_envs
             self._cut_served_if_due()
+        if self._segmenting:
+            self._put_held(self._ingest.release_held(expired_only=True))
         self._loop.call_later(_TICK_S, self._tick)
 
     def already_held(self, client_id: str, seq: int) -> bool:
@@ -559,7 +565,7 @@ class RLinkServer:
                 f"{self.settings.max_episodes_per_message}",
                 code=ErrorCode.LIMIT_EXCEEDED,
             )
-        episodes, steps = self._ingest(wire_episodes)
+        episodes, steps = self._ingest_from(wire_episodes, session.client_id, session.weights_seq_no)
         takeovers = self._takeovers()
         if seq is not None:
             self._mark_held(session.client_id, seq)
@@ -661,7 +667,7 @@ class RLinkServer:
         if not cut.chunks:
             return
         try:
-            episodes, steps = self._ingest(cut.chunks)
+            episodes, steps = self._ingest_from(cut.chunks, _SERVED_CLIENT, cut.weights_seq_no)
             takeovers = self._takeovers()
         except IngestError:
             # Our own recording broke the episode rules: a bug, not a client's fault.
@@ -671,6 +677,21 @@ class RLinkServer:
         if steps or takeovers is not None:
             self._put(SeqBatch(episodes, steps, max(nbytes, 1), cut.weights_seq_no, _SERVED_CLIENT,
                                takeovers=takeovers))
+
+    def _ingest_from(self, chunks: list, client: str, weights_seq_no: int) -> tuple[list, int]:
+        """``self._ingest(chunks)``; a segmenting ingest is told whose chunks they are, for what it holds back."""
+        if self._segmenting:
+            return self._ingest(chunks, (client, weights_seq_no))
+        return self._ingest(chunks)
+
+    def _put_held(self, releases: list) -> None:
+        """Queue parts the ingest held back (``takeover_terminates``) as batches of their own, not confirmed.
+
+        Their messages were queued (and are confirmed) without them: a part
+        held back is handed on once, here or with the next chunk of its episode.
+        """
+        for (client, weights_seq_no), episodes, steps, takeovers in releases:
+            self._put(SeqBatch(episodes, steps, 1, weights_seq_no, client, takeovers=takeovers))
 
     def _takeovers(self) -> Optional[Takeovers]:
         """What the message just ingested held of take-overs (an ingest without the marker: nothing)."""

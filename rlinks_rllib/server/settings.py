@@ -82,6 +82,13 @@ class RLinkSettings:
             learner and nothing is dropped. See ``server/offpolicy.py``.
         off_policy_backlog_steps: that bound in env steps; 0 (default): four
             rollout fragments, at least 64 steps.
+        takeover_terminates: off-policy (SAC, DQN), a take-over is a failure
+            signal (RLIF): each episode is cut where the teacher takes over
+            (``takeover`` extension), the policy's part handed on terminated
+            at the state the teacher took over in, the rest as a new episode
+            (``f"{id}/{n}"``). The metrics still count the episodes as played.
+            On-policy it does nothing (take-overs are cut out there anyway;
+            a warning says so). See ``server/takeover_segments.py``.
         max_write_buffer_bytes: bytes queued to one client before it is cut off as too slow.
         auth: ``"auto"`` (default): require the shared secret when one is set
             (``$RLINKS_SECRET`` in the runner's environment, or
@@ -160,6 +167,7 @@ class RLinkSettings:
     drop_stale_steps: bool = False
     off_policy_backlog: str = "drop"
     off_policy_backlog_steps: int = 0
+    takeover_terminates: bool = False
     max_write_buffer_bytes: int = 256 * 1024 * 1024
     auth: str = "auto"
     auth_secret_file: str = ""

@@ -7,7 +7,9 @@ outputs. The runner's ingest hands each checked chunk to
 episode and says what the chunk held (:class:`ChunkTally`):
 
 * off-policy (SAC, DQN, APPO, IMPALA) the chunk goes on whole: a taken-over
-  step is a step like any other to a replay buffer or a V-trace learner;
+  step is a step like any other to a replay buffer or a V-trace learner
+  (with the setting ``takeover_terminates``, cut where the teacher takes
+  over, the policy's part terminated there: takeover_segments.py);
 * on-policy (PPO) the taken-over steps are cut out: the steps before and
   after each run of them go on as continuing chunks of the same episode
   (same ``id_``, each with its own first observation and ``t_started``, as
@@ -49,7 +51,7 @@ from ..protocol.episodes import (
     EpisodeError,
 )
 
-__all__ = ["ChunkTally", "Takeovers", "split_takeovers", "tally_of"]
+__all__ = ["ChunkTally", "Takeovers", "part_of", "split_takeovers", "tally_of"]
 
 
 @dataclass(frozen=True)
@@ -140,11 +142,11 @@ def split_takeovers(state: dict, marker: np.ndarray, *, on_policy: bool) -> list
     # Boundaries of the runs of steps not taken over: [a, b) with marker[a:b] all false.
     edges = np.flatnonzero(np.diff(np.concatenate(([True], marker, [True])).astype(np.int8)))
     for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
-        parts.append(_part(state, a, b, last=b == steps))
+        parts.append(part_of(state, a, b, last=b == steps))
     return parts
 
 
-def _part(state: dict, a: int, b: int, *, last: bool) -> dict:
+def part_of(state: dict, a: int, b: int, *, last: bool) -> dict:
     """Steps ``[a, b)`` of a checked chunk as a chunk of their own (the same lookback per buffer)."""
     part = dict(state)
     part[OBSERVATIONS] = _window(state[OBSERVATIONS], a, b + 1)
