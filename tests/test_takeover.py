@@ -448,6 +448,38 @@ def test_with_takeover_terminates_the_runner_ends_the_policys_part_where_the_tea
 
 
 @pytest.mark.timeout(60)
+def test_a_part_held_back_reaches_rllib_once_when_its_client_leaves(local_runner):
+    """The last chunk of an open episode ends with the policy's step: the runner holds it (is a take-over
+    next?); the client closes instead, and the part goes on as it is."""
+    runner = local_runner(train_batch=200, off_policy=True, takeover_terminates=True)
+    runner.server._ingest.segments.hold_s = 600.0  # noqa: SLF001 - only the client's leaving hands it on
+    host, port = runner.address
+    failures = []
+
+    def run() -> None:
+        env = Counting()
+        try:
+            with EnvClient(f"{host}:{port}", inference="local", timeout=30.0) as client:
+                obs = env.reset()
+                for _ in range(10):
+                    client.act(obs)
+                    obs, reward, terminated, truncated = env.step()
+                    client.report(reward, obs, terminated, truncated)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            failures.append(exc)
+
+    simulator = threading.Thread(target=run, name="held-sim", daemon=True)
+    simulator.start()
+    episodes = []
+    deadline = time.monotonic() + 30
+    while (sum(len(e) for e in episodes) < 10 or simulator.is_alive()) and time.monotonic() < deadline:
+        episodes += runner.sample()
+    simulator.join(5)
+    assert not failures, failures
+    assert [(e.t_started, e.t, e.is_done) for e in episodes] == [(0, 10, False)]
+
+
+@pytest.mark.timeout(60)
 def test_a_peer_that_did_not_agree_refuses_take_over_saying_so(local_runner):
     runner = local_runner(train_batch=200, off_policy=True)
     host, port = runner.address

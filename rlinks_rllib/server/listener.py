@@ -339,6 +339,8 @@ class RLinkServer:
             task.cancel()
         for session in list(self._sessions):
             session.fail(ErrorCode.SHUTTING_DOWN, "the runner is stopping")
+        if self._segmenting:
+            self._put_held(self._ingest.release_held())  # the served clients' parts too: none stays held
         self._loop.call_later(0.05, self._loop.stop)
 
     # -- loop thread ---------------------------------------------------------
