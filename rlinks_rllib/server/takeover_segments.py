@@ -55,10 +55,9 @@ def segment_id(episode_id: str, n: int) -> str:
 
 @dataclass
 class _Open:
-    """An episode not yet ended: its onsets so far, where its last chunk ended, and the part held back."""
+    """An episode not yet ended: its onsets so far, and the part held back (with when, and its tag)."""
 
     onsets: int = 0
-    t: Optional[int] = None
     held: Optional[dict] = None
     held_since: float = 0.0
     tag: Any = None
@@ -114,7 +113,6 @@ class TakeoverSegments:
                 start = i + 1
             rest = part_of(state, start, steps, last=True) if start else dict(state)
             rest[ID] = segment_id(episode_id, episode.onsets)
-            episode.t = state[T]
             if state[IS_TERMINATED] or state[IS_TRUNCATED]:
                 del self._open[episode_id]
                 out.append((rest, tag))
