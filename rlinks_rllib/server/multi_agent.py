@@ -15,6 +15,7 @@ per module.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 from typing import Any, Optional
 
@@ -148,6 +149,10 @@ class MultiAgentIngest:
         self._setup = setup
         self._max_steps = settings.max_steps_per_chunk
         self._required_extra = required_extra
+        if settings.takeover_terminates:
+            logging.getLogger("rlinks_rllib.server").warning(
+                "rlinks: the setting takeover_terminates does nothing for a multi-agent config: its episodes are "
+                "not cut where a teacher takes over (single-agent only)")
 
     def __call__(self, wire_episodes: list) -> tuple[list[MultiAgentEpisode], int]:
         """Raises IngestError naming the chunk, agent and field at fault."""
