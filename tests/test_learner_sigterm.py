@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -75,13 +76,41 @@ def _learner_until_sigterm(tmp_path: Path, config: str, *extra: str) -> tuple[in
         return code, took, log_path.read_text()
 
 
-@pytest.mark.parametrize("config", ["sac_pendulum", "dqn_cartpole", "ppo_cartpole"])
-def test_a_learner_no_simulator_reached_stops_on_sigterm_with_a_checkpoint(tmp_path, config):
-    code, took, out = _learner_until_sigterm(tmp_path, config)
-    assert code == EXIT_TERMINATED, out[-3000:]
-    assert "terminated (SIGTERM) after" in out and (tmp_path / "run" / "checkpoint").is_dir(), out[-3000:]
-    print(f"\n{config}: stopped {took:.1f} s after SIGTERM with no simulator connected")
-    if config == "sac_pendulum":
-        code, took, out = _learner_until_sigterm(tmp_path, config, "--resume", str(tmp_path / "run" / "checkpoint"))
-        assert code == EXIT_TERMINATED and "resumed from" in out, out[-3000:]
-        print(f"{config}: resumed from its checkpoint, stopped {took:.1f} s after the second SIGTERM")
+#: One learner of each kind: SAC and DQN serve from the driver's own runner, PPO has two remote runners.
+CONFIGS = ("sac_pendulum", "dqn_cartpole", "ppo_cartpole")
+
+
+def test_sac_dqn_and_ppo_learners_no_simulator_reached_stop_on_sigterm_with_a_checkpoint_that_resumes(tmp_path):
+    """The three learners run side by side (each its own Ray, in its own session), each stopped once it listens.
+
+    Side by side they take about as long as one does alone; the bound is
+    ``STOP_S`` for each all the same. SAC's checkpoint is then resumed and
+    stopped again.
+    """
+    outcomes: dict[str, object] = {}
+
+    def stop(config: str) -> None:
+        try:
+            (tmp_path / config).mkdir()
+            outcomes[config] = _learner_until_sigterm(tmp_path / config, config)
+        except BaseException as exc:  # handed to the test's thread, which raises it
+            outcomes[config] = exc
+
+    threads = [threading.Thread(target=stop, args=(config,), name=f"sigterm-{config}") for config in CONFIGS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(READY_S + STOP_S + 60)
+    assert not any(thread.is_alive() for thread in threads), "a learner outlived its bounds"
+    for config in CONFIGS:
+        outcome = outcomes[config]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        code, took, out = outcome
+        assert code == EXIT_TERMINATED, out[-3000:]
+        assert "terminated (SIGTERM) after" in out and (tmp_path / config / "run" / "checkpoint").is_dir(), out[-3000:]
+        print(f"\n{config}: stopped {took:.1f} s after SIGTERM with no simulator connected (three side by side)")
+    checkpoint = tmp_path / "sac_pendulum" / "run" / "checkpoint"
+    code, took, out = _learner_until_sigterm(tmp_path / "sac_pendulum", "sac_pendulum", "--resume", str(checkpoint))
+    assert code == EXIT_TERMINATED and "resumed from" in out, out[-3000:]
+    print(f"sac_pendulum: resumed from its checkpoint, stopped {took:.1f} s after the second SIGTERM")
