@@ -551,7 +551,6 @@ def test_the_teachers_take_over_rate_falls_as_dqn_trains_on_its_steps(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_the_teachers_take_over_rate_falls_as_discrete_sac_learns_from_a_local_and_a_served_simulator(tmp_path):
     """SAC with Discrete actions (configs/sac_cartpole.yaml) and the CartPole teacher, one simulator running
