@@ -7,7 +7,8 @@ take-over rate per episode. With ``takeover_terminates`` (off-policy) each
 episode is cut where the teacher takes over, the policy's part terminated
 there. The last tests are the dummy simulator's scripted teacher, whose
 take-over rate falls as PPO, DQN and discrete SAC learn (SAC only with
-``takeover_terminates``).
+``takeover_terminates``); PPO's and DQN's runs are ``long`` tests (``make
+test-long``), discrete SAC's runs in ``make test``.
 """
 
 from __future__ import annotations
@@ -493,6 +494,7 @@ def test_a_peer_that_did_not_agree_refuses_take_over_saying_so(local_runner):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_the_teachers_take_over_rate_falls_as_ppo_learns_on_served_actions(tmp_path):
     """`rlinks client -n 2 -- --teacher --served-actions --envs 4`: a scripted controller takes over when
