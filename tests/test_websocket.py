@@ -321,6 +321,35 @@ def test_a_python_client_that_closes_sends_a_normal_close_and_the_runner_logs_no
     assert server.stats.errors == {}
 
 
+def test_close_from_another_thread_waits_for_a_message_being_read_and_still_sends_the_close_frame(caplog):
+    """A thread reading a message holds the WebSocket's write side (it may have to answer); close() from
+    another thread at that moment waits for it (up to ``CLOSE_WAIT_S``) and still sends the close frame.
+
+    The test above lost it once in CI: the waiting thread was reading the runner's ACK of its batch when
+    close() came, and close() gave up at once. Here the read is held for 0.3 s on purpose.
+    """
+    caplog.set_level(logging.INFO, logger="rlinks_rllib.server")
+    with serving(on_policy=True, update_steps=10_000) as server:
+        client = RLinkClient(f"ws://127.0.0.1:{server.address[1]}", **FAST)
+        client.get_state()
+        transport = client._link.transport  # the one place a test reaches inside: to hold a read open
+        reading = threading.Event()
+
+        def read_slowly() -> None:
+            with transport._write_turn():
+                reading.set()
+                time.sleep(0.3)
+
+        reader = threading.Thread(target=read_slowly, daemon=True)
+        reader.start()
+        assert reading.wait(10)
+        client.close()
+        reader.join(10)
+        wait_for(lambda: any("disconnected" in r.getMessage() for r in caplog.records))
+    closed = [r.getMessage() for r in caplog.records if "disconnected" in r.getMessage()]
+    assert len(closed) == 1 and "client closed the WebSocket (1000" in closed[0], closed
+
+
 def _wait_on(client: RLinkClient, failed: list) -> None:
     try:
         client.get_state()

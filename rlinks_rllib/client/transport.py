@@ -18,6 +18,7 @@ and each read by :data:`RECV_CHUNK` bytes (or the room left in the frame's body)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -29,7 +30,7 @@ try:
     import ssl
 except ImportError:  # pragma: no cover - Python built without OpenSSL
     ssl = None  # type: ignore[assignment]
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ..protocol.codec import Buffer
 from ..protocol.connection import Connection
@@ -52,6 +53,9 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
 USER_TIMEOUT_S = 15
 #: Time to write what the WebSocket layer answers on its own (a pong, the echo of a close).
 WEBSOCKET_ANSWER_TIMEOUT_S = 5.0
+#: How long ``close()`` waits for another thread's write (or its reading of a message) to end before it
+#: leaves out the WebSocket close frame.
+CLOSE_WAIT_S = 1.0
 #: Handshake failures that mean "this is not the server you trust"; never retried.
 _CERTIFICATE_ERRORS: tuple = (ssl.SSLCertVerificationError, ssl.CertificateError) if ssl is not None else ()
 
@@ -137,6 +141,8 @@ class Transport:
         self.websocket: Optional[ClientWebSocket] = None
         #: Held while the WebSocket layer is used to write, so that close() from another thread stays out.
         self._writing = threading.Lock()
+        #: The thread holding ``_writing`` (``None``: none): close() from it must not wait for itself.
+        self._writer: Optional[int] = None
         #: Asks the kernel whether a read would find something, without one (see :meth:`readable`).
         self._poller: Optional["select.poll"] = None
 
@@ -213,11 +219,15 @@ class Transport:
         """Close the socket, waking a call blocked on it in another thread (``close()`` alone doesn't).
 
         Over WebSocket a normal close (1000) goes first, so the server knows
-        we meant to leave; best effort: not while another thread is in the
-        middle of a write (the close frame would land inside its message),
-        and without waiting for the server's answer.
+        we meant to leave; best effort, without waiting for the server's
+        answer. Another thread in the middle of a write, or reading a message
+        (which may need an answer written), is waited for up to
+        ``CLOSE_WAIT_S`` (the close frame must not land inside its message);
+        a longer write, or a close from the writing thread itself (a signal
+        handler), goes without the close frame.
         """
-        if self.websocket is not None and not self.at_eof and self._writing.acquire(blocking=False):
+        if (self.websocket is not None and not self.at_eof and self._writer != threading.get_ident()
+                and self._writing.acquire(timeout=CLOSE_WAIT_S)):
             try:
                 self._write_bytes(self.websocket.close_frame(), timeout=WEBSOCKET_ANSWER_TIMEOUT_S,
                                   what="a WebSocket close")
@@ -247,10 +257,20 @@ class Transport:
             ConnectionLost: the connection failed; the server may have said
                 why first (see :meth:`read_after_failed_write`).
         """
-        with self._writing:
+        with self._write_turn():
             if self.websocket is not None:
                 parts = self.websocket.frames(parts)
             self._write_bytes(parts, timeout=timeout, what=what)
+
+    @contextlib.contextmanager
+    def _write_turn(self) -> Iterator[None]:
+        """Hold ``_writing``, noting which thread does (see :meth:`close`)."""
+        with self._writing:
+            self._writer = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._writer = None
 
     def _write_bytes(self, parts: Sequence[Buffer], *, timeout: float, what: str) -> None:
         views = []
@@ -364,7 +384,7 @@ class Transport:
     def _websocket_data(self, conn: Connection, data: bytes, what: str) -> None:
         """Bytes of a WebSocket: whole messages to ``conn``; the WebSocket layer's answers (pongs) written."""
         assert self.websocket is not None
-        with self._writing:
+        with self._write_turn():
             answers = self.websocket.receive(conn, data)
             if not answers:
                 return
