@@ -259,22 +259,21 @@ class EpisodeIngest:
             return episodes, steps
         tallies, withheld = [], 0
         for clean, marker in markers:
-            taken = int(marker.sum()) if marker is not None else 0
-            tallies.append(tally_of(clean, taken))
+            tally = tally_of(clean, marker)
+            tallies.append(tally)
             parts = [clean] if marker is None else split_takeovers(clean, marker, on_policy=self._on_policy)
             for part in parts:
                 episodes.append(episode_from_state(part))
                 steps += part["t"] - part["t_started"]
             if self._on_policy:
-                withheld += taken
+                withheld += tally.takeover_steps
         self.last_takeovers = Takeovers(tuple(tallies), withheld)
         return episodes, steps
 
     def _segmented(self, markers: list, tag: Any) -> tuple[list[SingleAgentEpisode], int]:
         """The message's chunks cut at each onset (``takeover_terminates``), tallied as played."""
         assert self.segments is not None
-        tallies = [tally_of(clean, int(marker.sum()) if marker is not None else 0) for clean, marker in markers]
-        self.last_takeovers = Takeovers(tuple(tallies), 0)
+        self.last_takeovers = Takeovers(tuple(tally_of(clean, marker) for clean, marker in markers), 0)
         parts = self.segments.segment(markers, time.monotonic(), tag)
         return [episode_from_state(part) for part, _ in parts], sum(part[T] - part[T_STARTED] for part, _ in parts)
 
@@ -292,12 +291,11 @@ class EpisodeIngest:
             parts = self.segments.expire(time.monotonic())
         else:
             parts = self.segments.release(owner)
-        by_tag: dict[Any, tuple[list, list[int]]] = {}
+        by_tag: dict[Any, list[dict]] = {}
         for part, tag in parts:
-            episodes, steps = by_tag.setdefault(tag, ([], [0]))
-            episodes.append(episode_from_state(part))
-            steps[0] += part[T] - part[T_STARTED]
-        return [(tag, episodes, steps[0], _NO_TALLIES) for tag, (episodes, steps) in by_tag.items()]
+            by_tag.setdefault(tag, []).append(part)
+        return [(tag, [episode_from_state(part) for part in group], sum(part[T] - part[T_STARTED] for part in group),
+                 _NO_TALLIES) for tag, group in by_tag.items()]
 
 
 #: ``check_episode_state`` keyword rules that hold data to a pair of spaces (the multi-agent ingest's, per module).

@@ -115,14 +115,14 @@ def takeover_marker(state: dict) -> Optional[np.ndarray]:
     return marker.astype(np.bool_, copy=False)
 
 
-def tally_of(state: dict, takeover_steps: int = 0) -> ChunkTally:
-    """A checked chunk's :class:`ChunkTally`."""
+def tally_of(state: dict, marker: Optional[np.ndarray] = None) -> ChunkTally:
+    """A checked chunk's :class:`ChunkTally`; ``marker``: its take-over marker (``None``: no step taken over)."""
     rewards = state[REWARDS]
     start, last = state[START_TIME], state[LAST_STEP_TIME]
     return ChunkTally(
         episode_id=state[ID],
         steps=state[T] - state[T_STARTED],
-        takeover_steps=takeover_steps,
+        takeover_steps=int(marker.sum()) if marker is not None else 0,
         episode_return=float(np.sum(rewards[BUFFER_DATA][rewards[BUFFER_LOOKBACK]:])),
         duration_s=float(last - start) if start is not None and last is not None else 0.0,
         done=bool(state[IS_TERMINATED] or state[IS_TRUNCATED]),

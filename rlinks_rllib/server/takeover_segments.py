@@ -92,19 +92,19 @@ class TakeoverSegments:
         out: list[tuple[dict, Any]] = []
         for state, marker in chunks:
             steps = state[T] - state[T_STARTED]
-            taken = marker if marker is not None else np.zeros(steps, np.bool_)
             episode_id = state[ID]
             episode = self._open.pop(episode_id, None) or _Open()
             self._open[episode_id] = episode  # the most recent last
             if episode.held is not None:
                 held = self._unhold(episode)
-                if taken[0] and state[T_STARTED] == held[T]:
+                if marker is not None and marker[0] and state[T_STARTED] == held[T]:
                     held[IS_TERMINATED] = True  # the onset fell between the chunks
                     episode.onsets += 1
                 out.append((held, episode.tag))
-            # Onsets within the chunk: the policy's step i-1, the teacher's step i.
+            # Onsets within the chunk: the policy's step i, the teacher's step i+1 (none without a marker).
+            onsets = np.flatnonzero(~marker[:-1] & marker[1:]).tolist() if marker is not None else ()
             start = 0
-            for i in np.flatnonzero(~taken[:-1] & taken[1:]).tolist():
+            for i in onsets:
                 part = part_of(state, start, i + 1, last=False)
                 part[ID] = segment_id(episode_id, episode.onsets)
                 part[IS_TERMINATED] = True
@@ -116,7 +116,7 @@ class TakeoverSegments:
             if state[IS_TERMINATED] or state[IS_TRUNCATED]:
                 del self._open[episode_id]
                 out.append((rest, tag))
-            elif not taken[-1]:
+            elif marker is None or not marker[-1]:
                 episode.held, episode.held_since, episode.tag = rest, now, tag
                 self._held += 1
             else:
