@@ -1,6 +1,8 @@
 """SAC on Pendulum from external simulators beside RLlib's own in-process SAC, and the replay ratio (issue #21).
 
-Three runs, one after the other, each alone on the machine, all from the same YAML:
+Three runs, all from the same YAML: one after the other, each alone on the
+machine, or with ``--side-by-side`` all three at once (a machine with cores
+to spare for each: about 1 for in-process, 3 for each of ours):
 
 1. **rllib**: RLlib's in-process SAC (``SingleAgentEnvRunner`` stepping
    Pendulum-v1 itself), the config built by
@@ -11,6 +13,12 @@ Three runs, one after the other, each alone on the machine, all from the same YA
    (:class:`~rlinks_rllib.client.EnvClient`, off-policy, running the policy
    in numpy);
 3. **ours served**: the same with the runner computing the actions.
+
+Ours run paced (``--backlog pace``, the default): a simulator steps only
+when the runner has room for its steps, as RLlib's in-process runner steps
+only inside ``sample()``. Simulators beside the learner on a small machine
+that step flat out (``drop``) take its CPU; ``--backlog config`` keeps what
+the YAML says.
 
 Each prints env steps and seconds to the target return (the first
 iteration whose mean return reaches it; for ours from ``progress.csv``,
@@ -40,7 +48,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -281,6 +291,10 @@ def main() -> int:
                         help="sleeps per step of the slowed simulators (one replay-ratio run each)")
     parser.add_argument("--skip-target", action="store_true", help="only the replay ratio")
     parser.add_argument("--quick", action="store_true", help="small config, short budgets, no target (smoke test)")
+    parser.add_argument("--backlog", choices=("pace", "drop", "config"), default="pace",
+                        help="ours' off_policy_backlog (default pace: simulators step as fast as SAC takes steps)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="the three target runs at once (a machine with cores for each), not one after the other")
     # children
     parser.add_argument("--simulator", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--served", action="store_true", help=argparse.SUPPRESS)
@@ -306,17 +320,43 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench_sac_") as tmp:
         if not args.skip_target:
-            started = time.monotonic()
-            runs = {"rllib in-process": run_rllib(config, target, args.budget_s)}
-            print(f"  rllib in-process: {time.monotonic() - started:.0f} s with startup", flush=True)
+            ours_config = with_backlog(config, args.backlog, Path(tmp))
+            print(f"ours: off_policy_backlog {args.backlog}; "
+                  f"{'side by side' if args.side_by_side else 'one after the other'}", flush=True)
+            jobs = {"rllib in-process": lambda: run_rllib(config, target, args.budget_s)}
             for name, served in (("ours local", False), ("ours served", True)):
-                started = time.monotonic()
-                runs[name] = run_ours(config, served, target, args.budget_s, Path(tmp) / name.replace(" ", "_"))
-                print(f"  {name}: {time.monotonic() - started:.0f} s with startup and stop", flush=True)
-            print_targets(runs, target)
+                jobs[name] = (lambda name=name, served=served: run_ours(
+                    ours_config, served, target, args.budget_s, Path(tmp) / name.replace(" ", "_")))
+            print_targets(run_jobs(jobs, args.side_by_side), target)
         if args.ratio_s > 0:
             print_ratios(args.ratio_s, [ms / 1000.0 for ms in args.slow_ms])
     return 0
+
+
+def with_backlog(config: str, backlog: str, folder: Path) -> str:
+    """``config`` with ``rlinks.off_policy_backlog`` set to ``backlog`` (a copy in ``folder``); as is for "config"."""
+    if backlog == "config":
+        return config
+    spec = yaml.safe_load(Path(config).read_text())
+    spec.setdefault("rlinks", {})["off_policy_backlog"] = backlog
+    path = folder / f"ours_{backlog}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def run_jobs(jobs: dict[str, Callable[[], list[dict]]], side_by_side: bool) -> dict[str, list[dict]]:
+    """Each job's rows, by name; one after the other, or all at once on threads (each waits on its processes)."""
+    def timed(name: str) -> list[dict]:
+        started = time.monotonic()
+        rows = jobs[name]()
+        print(f"  {name}: {time.monotonic() - started:.0f} s with startup and stop", flush=True)
+        return rows
+
+    if not side_by_side:
+        return {name: timed(name) for name in jobs}
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {name: pool.submit(timed, name) for name in jobs}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def print_targets(runs: dict[str, list[dict]], target: float) -> None:
