@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from rlinks_rllib.training.files import write_json_whole
-from rlinks_rllib.training.report import COLUMNS, row_from_result, write_csv
+from rlinks_rllib.training.report import COLUMNS, format_row, row_from_result, write_csv
 
 
 def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
@@ -28,6 +28,7 @@ def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
     row = row_from_result(empty, time_s=5.0, clients=0, previous=row)
     assert (row["env_steps_iter"], row["weights_seq_no"], row["policy_lag_max"]) == (0, 0, 0.0)
     assert math.isnan(row["episode_return_mean"])
+    assert "| return  no end |" in format_row(row), format_row(row)
 
 
 def test_a_reader_polling_the_learners_files_never_sees_half_of_one(tmp_path):

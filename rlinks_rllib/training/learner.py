@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -459,7 +460,9 @@ def run_learner(
         if rows:
             plot_curve(rows, output / "learning_curve.png", target=stop_reward,
                        title=f"{spec.algorithm} via rlinks-rllib ({Path(spec.path).name})")
-        last = rows[-1]["episode_return_mean"] if rows else float("nan")
+        # The last iteration may have ended no episode (NaN): the last mean that exists.
+        last = next((r["episode_return_mean"] for r in reversed(rows) if math.isfinite(r["episode_return_mean"])),
+                    math.nan)
         if terminated.is_set():
             print_fn(f"terminated (SIGTERM) after {len(rows)} iterations, mean return {last:.1f}; "
                      f"checkpoint in {output / 'checkpoint'}")

@@ -111,10 +111,17 @@ def _extra_columns(rows: list[dict]) -> list[str]:
 
 
 def format_row(row: dict) -> str:
-    """The live line for one iteration."""
+    """The live line for one iteration.
+
+    The return reads "no end" when no episode ended in the iteration: RLlib
+    clears its windowed mean at every iteration's reduce, so the result holds
+    NaN then (an off-policy learner taking fewer steps per iteration than an
+    episode lasts, say), which ``progress.csv`` keeps as ``nan``.
+    """
     ret = row["episode_return_mean"]
+    shown = f"{ret:7.1f}" if math.isfinite(ret) else " no end"
     return (
-        f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {ret:7.1f} | "
+        f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {shown} | "
         f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
         + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
         + (f" | take-over {row[TAKEOVER_COLUMN]:.1%}" if math.isfinite(row.get(TAKEOVER_COLUMN, math.nan)) else "")
