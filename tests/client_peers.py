@@ -111,6 +111,7 @@ class FakeLearner:
 
     def __init__(self, **settings) -> None:
         self.chunks: list[dict] = []
+        self.batches: list[list[dict]] = []  # the chunks of each batch, as they came
         self.updates = 1
         self.server = RLinkServer(
             RLinkSettings(port=0, **settings), port=0, ingest=self._ingest,
@@ -128,6 +129,7 @@ class FakeLearner:
     def _ingest(self, wire: list) -> tuple[list, int]:
         chunks = [check_chunk(state) for state in wire]
         self.chunks.extend(chunks)
+        self.batches.append(chunks)
         return chunks, sum(c["t"] - c["t_started"] for c in chunks)
 
     def _play_rllib(self) -> None:
