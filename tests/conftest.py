@@ -1,8 +1,10 @@
-"""Shared fixtures, and the ``long`` marker's rule."""
+"""Shared fixtures, the ``long`` marker's rule, and the ``head_start`` runs' start and end."""
 
 from __future__ import annotations
 
 import pytest
+
+from head_start import cancel_head_starts, head_start, start_head_starts  # noqa: F401 (head_start: a fixture)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -17,6 +19,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """Start the ``head_start`` runs of the tests this session will run (head_start.py)."""
+    start_head_starts(session)
+
+
+def pytest_sessionfinish(session):
+    cancel_head_starts(session.config)
 
 
 @pytest.fixture

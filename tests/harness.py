@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,9 +141,13 @@ class CliRun:
         return float(found.group(1))
 
 
+class Cancelled(Exception):
+    """A training run was told to stop (its session ended) before its learner did."""
+
+
 def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list[str],
                       timeout_s: float = 600, more_clients: list[list[str]] = (),
-                      clients_after_s: float = 0.0) -> CliRun:
+                      clients_after_s: float = 0.0, cancelled: threading.Event | None = None) -> CliRun:
     """``rlinks learner ARGS`` on free ports, then ``rlinks client --address <its directory> ARGS``.
 
     Each of ``more_clients`` starts one more ``rlinks client`` group with those arguments;
@@ -150,9 +155,15 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
     ``clients_after_s`` seconds after the learner listens.
 
     Waits until the learner exits (its stop rule) or *timeout_s* passes
-    (an assertion); clients that fail end the wait at once. The learner gets
-    Ctrl-C when the test ends early, so it stops RLlib and Ray itself.
+    (an assertion); clients that fail end the wait at once, and so does
+    ``cancelled`` once set (:class:`Cancelled`). The learner gets Ctrl-C when
+    the test ends early, so it stops RLlib and Ray itself.
     """
+
+    def check_cancelled() -> None:
+        if cancelled is not None and cancelled.is_set():
+            raise Cancelled("the training run was cancelled before its learner stopped")
+
     output = tmp_path / "run"
     started = time.monotonic()
     log = open(tmp_path / "learner.log", "w+")  # a file, not a pipe: the learner never blocks on its output
@@ -164,6 +175,7 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
         while not (output / "endpoints.json").exists():  # written after directory.json
             assert learner.poll() is None, (tmp_path / "learner.log").read_text()
             assert time.monotonic() < deadline, "the learner never listened"
+            check_cancelled()
             time.sleep(0.5)
         if (output / "directory.json").exists():
             address = json.loads((output / "directory.json").read_text())
@@ -174,6 +186,7 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
             until = time.monotonic() + clients_after_s
             while time.monotonic() < until:
                 assert learner.poll() is None, (tmp_path / "learner.log").read_text()[-3000:]
+                check_cancelled()
                 time.sleep(0.5)
         clients = [subprocess.Popen(
             [*RLINKS, "client", "--address", f"{address['host']}:{address['port']}", *args],
@@ -186,6 +199,7 @@ def train_through_cli(tmp_path: Path, learner_args: list[str], client_args: list
             for group in clients:
                 assert group.poll() in (None, 0), group.communicate(timeout=10)[0]
             assert time.monotonic() < deadline, f"the learner did not stop within {timeout_s:.0f} s"
+            check_cancelled()
             time.sleep(1)
         client_out = "".join(group.communicate(timeout=60)[0] for group in clients)
     finally:
