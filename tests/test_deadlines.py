@@ -163,3 +163,24 @@ def test_a_client_answered_after_a_long_wait_is_watched_for_idleness_again():
         assert [m["type"] for m in replies] == ["SET_STATE", "ERROR"], replies
         assert "idle" in replies[1]["message"]
         assert time.monotonic() - answered < 5.0
+
+
+def test_a_runner_probes_its_idle_connections_so_a_peer_cut_off_without_a_word_is_found():
+    """TCP keep-alive on every accepted connection (``ss`` shows its timer): a simulator cut off by a
+    partition sends no FIN, and its connection, silent, stayed a client owing steps (seen after a 20 s link
+    cut on five hosts: every later iteration waited 15 s for it)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed: the runner's socket timers can't be read")
+    with serving() as server, socket.create_connection(("127.0.0.1", server.address[1])) as client:
+        port, mine = server.address[1], client.getsockname()[1]
+        listed = ""
+        deadline = time.monotonic() + 5
+        while f":{mine}" not in listed and time.monotonic() < deadline:
+            listed = subprocess.run(["ss", "-tnoH", "state", "established", f"( sport = :{port} )"],
+                                    capture_output=True, text=True, timeout=10).stdout
+            time.sleep(0.05)
+        (line,) = [entry for entry in listed.splitlines() if f":{mine}" in entry]
+        assert "timer:(keepalive," in line, line

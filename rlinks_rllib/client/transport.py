@@ -110,11 +110,20 @@ def tls_context(
     return context
 
 
-def _detect_dead_links(sock: socket.socket) -> None:
-    """Keep-alive probes and a user timeout on ``sock``, as far as the OS offers them."""
+def detect_dead_links(sock: socket.socket, *, user_timeout: bool = True) -> None:
+    """Keep-alive probes on ``sock``, and with ``user_timeout`` a limit on unacknowledged data, as far as the
+    OS offers them.
+
+    A runner takes the probes without the user timeout: a peer that is alive
+    but reads slowly (a paused simulator, a full window) must not be cut off,
+    and one that went away during a partition is found by the probes.
+    """
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
-                        ("TCP_KEEPCNT", KEEPALIVE_PROBES), ("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000)):
+    options = [("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+               ("TCP_KEEPCNT", KEEPALIVE_PROBES)]
+    if user_timeout:
+        options.append(("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000))
+    for name, value in options:
         option = getattr(socket, name, None)
         if option is not None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
@@ -173,7 +182,7 @@ class Transport:
         sock = socket.create_connection((address.host, address.port), timeout=connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _detect_dead_links(sock)
+            detect_dead_links(sock)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=server_name or address.host)
         except _CERTIFICATE_ERRORS as exc:

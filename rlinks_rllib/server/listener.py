@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from .._version import SERVER_AGENT
+from ..client.transport import detect_dead_links
 from ..protocol.auth import secret_file_is_private
 from ..protocol.connection import ActReceived, EpisodesReceived
 from ..protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP
@@ -363,6 +364,14 @@ class RLinkServer:
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
             self.stats.connections_total += 1
+            # A simulator cut off by a partition leaves no FIN: without probes its connection stayed a client
+            # that owed steps, and every on-policy sample() waited for it (7.5 s twice per iteration, minutes on).
+            try:
+                detect_dead_links(conn, user_timeout=False)
+            except OSError as exc:
+                logger.info("rlinks: connection from %s lost while being set up: %s", addr, exc)
+                conn.close()
+                continue
             if self._ssl is None:
                 try:
                     await loop.connect_accepted_socket(self._new_session, conn)
