@@ -491,7 +491,7 @@ def test_unexpected_message_is_a_protocol_violation_and_not_retried(serve):
 
 def test_connect_gives_up_after_n_attempts_with_a_clear_message():
     port = free_port()
-    client = RLinkClient(f"127.0.0.1:{port}", retry_attempts=3, **FAST)
+    client = RLinkClient(f"127.0.0.1:{port}", retry_attempts=3, connect_wait=0, **FAST)
     delays = []
     client._sleep = delays.append
     with pytest.raises(ConnectFailed) as info:

@@ -53,7 +53,7 @@ def test_ask_directory_refuses_a_runner_and_reports_a_dead_port():
     finally:
         server.stop()
     with pytest.raises(ConnectFailed, match="could not connect"):
-        ask_directory(f"127.0.0.1:{free_port()}", timeout=5.0, connect_timeout=1.0)
+        ask_directory(f"127.0.0.1:{free_port()}", timeout=5.0, connect_timeout=1.0, connect_wait=0)
 
 
 def test_client_errors_are_rlinks_errors():

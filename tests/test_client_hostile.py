@@ -27,7 +27,7 @@ from rlinks_rllib.protocol.framing import encode_frame, encode_message
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = dict(timeout=2.0, connect_timeout=1.0, retry_attempts=2, backoff_initial=0.01, backoff_cap=0.02)
+FAST = dict(timeout=2.0, connect_timeout=1.0, retry_attempts=2, backoff_initial=0.01, backoff_cap=0.02, connect_wait=0)
 PONG = encode_message({"type": "PONG", "rlinks": {"version": 1, "extensions": ["ack", "want_steps"]}})
 
 

@@ -342,6 +342,11 @@ export interface ClientOptions {
   maxUnacked?: number;
   /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends (default 30 s). */
   shutdownGraceMs?: number;
+  /**
+   * How long a client that has never reached its learner keeps trying one that is not up yet, past
+   * retryAttempts (default: $RLINKS_CONNECT_WAIT_S under Node, else 60 s; 0: no wait).
+   */
+  connectWaitMs?: number;
   extensions?: readonly string[];
   maxFrameBytes?: number;
   /** The learner's shared secret (at least 16 bytes); null: no authentication. */
@@ -391,6 +396,8 @@ export interface WeightsUpdate {
 }
 export declare const VERSION: string;
 export declare const DEFAULT_EXTENSIONS: readonly string[];
+/** connectWaitMs when neither the options nor $RLINKS_CONNECT_WAIT_S set it: 60 s. */
+export declare const DEFAULT_CONNECT_WAIT_MS: number;
 export declare class Client {
   constructor(address: string, options?: ClientOptions);
   readonly address: Address;

@@ -4,6 +4,8 @@ One blocking TCP connection that speaks RLlink: the handshake (with our
 extensions offered, and plain RLlink when the server is RLlib's own), the
 learner's config, weights, and batches of episodes. Every wait is bounded by
 ``timeout``; connecting is retried with exponential backoff and full jitter.
+A client that has never reached its learner keeps trying for ``connect_wait``
+seconds (60 by default, or ``$RLINKS_CONNECT_WAIT_S``): it may start first.
 
 The rules of the conversation (what may be sent and received when, what the
 offer holds, what an ``ACK`` confirms) are those of
@@ -116,7 +118,15 @@ from .errors import (
     ServerError,
 )
 from .link import Link
-from .retry import SHUTDOWN_GRACE_ENV, RetryPolicy, backoff_delay, shutdown_grace as _shutdown_grace
+from .retry import (
+    CONNECT_WAIT_ENV,
+    SHUTDOWN_GRACE_ENV,
+    ConnectWait,
+    RetryPolicy,
+    backoff_delay,
+    connect_wait as _connect_wait,
+    shutdown_grace as _shutdown_grace,
+)
 from .transport import Transport, tls_context
 
 __all__ = [
@@ -296,6 +306,12 @@ class RLinkClient:
         connect_timeout: seconds for one TCP connection attempt.
         retry_attempts: connection attempts per :meth:`connect`, and (reliable
             mode) reconnections per call.
+        connect_wait: seconds the first connection keeps trying a learner
+            that is not up yet (refused, or a directory with no runner yet),
+            with one warning saying so and the backoff below; ``None``:
+            ``$RLINKS_CONNECT_WAIT_S``, else 60 s. 0: ``retry_attempts``
+            attempts and no more. Once connected, a drop is
+            ``retry_attempts``' and ``shutdown_grace``'s business.
         backoff_initial, backoff_cap: the backoff between attempts (seconds);
             see :func:`backoff_delay`.
         reliable: reconnect and resend when the connection drops mid-call.
@@ -326,8 +342,8 @@ class RLinkClient:
             the host of ``address`` (e.g. connecting through a tunnel).
 
     Raises:
-        ValueError: an argument is out of range (``shutdown_grace`` or
-            ``$RLINKS_SHUTDOWN_GRACE_S`` included), the address is malformed,
+        ValueError: an argument is out of range (``shutdown_grace``,
+            ``connect_wait`` and their variables included), the address is malformed,
             TLS options are given for a ``tcp://`` address, or the secret is
             too short.
         OSError: ``secret_file`` or a TLS file can't be read.
@@ -346,6 +362,7 @@ class RLinkClient:
         backoff_cap: float = 10.0,
         reliable: bool = False,
         shutdown_grace: Optional[float] = None,
+        connect_wait: Optional[float] = None,
         max_unacked: int = 16,
         extensions: Iterable[str] = DEFAULT_EXTENSIONS,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -382,12 +399,13 @@ class RLinkClient:
         self.extensions: frozenset[str] = names
         self.reliable = bool(reliable)
         self.shutdown_grace = _shutdown_grace(shutdown_grace)
+        self.connect_wait = _connect_wait(connect_wait)
         self.unsafe_allow_pickle = bool(unsafe_allow_pickle)
         self._log = logger if logger is not None else logging.getLogger(__name__)
 
         self._client_id = uuid.uuid4().hex
         self._retry = RetryPolicy(self.retry_attempts, self.backoff_initial, self.backoff_cap,
-                                  shutdown_grace=self.shutdown_grace)
+                                  shutdown_grace=self.shutdown_grace, connect_wait=self.connect_wait)
         #: Set by close(): ends a wait between reconnection attempts at once.
         self._closing = threading.Event()
         self._sleep: Callable[[float], None] = self._closing.wait
@@ -517,7 +535,8 @@ class RLinkClient:
         Other calls connect on their own; call this to fail early.
 
         Raises:
-            ConnectFailed: no attempt of ``retry_attempts`` succeeded.
+            ConnectFailed: no attempt of ``retry_attempts`` succeeded (nor,
+                the first time, any within ``connect_wait``).
             ServerTimeout: the server took the connection but sent no ``PONG``.
             ServerError: the server refused us with ``ERROR``.
             ProtocolViolation: the server's answer is not valid RLlink.
@@ -996,7 +1015,9 @@ class RLinkClient:
 
         ``give_up_at``: once the learner said ``shutting_down`` (in this call
         or an attempt here), the ``time.monotonic()`` after which no attempt
-        starts (its ``shutdown_grace`` is over).
+        starts (its ``shutdown_grace`` is over). Until the first handshake,
+        a learner that is not up yet is waited for (``connect_wait``): the
+        attempts go on past ``retry_attempts`` until it is over.
 
         Raises:
             ConnectFailed: no attempt succeeded (saying the learner did not
@@ -1008,7 +1029,11 @@ class RLinkClient:
         lost = self.address if self._uses_directory and self.address != self.given_address else None
         tried = 0
         ended: Optional[BaseException] = None  # a shutting_down met here
-        for attempt in range(self._retry.attempts):
+        first = self._server is None  # never reached the learner: it may not be up yet
+        waiting = ConnectWait(self._retry.connect_wait if first else 0.0,
+                              f"the learner at {self.given_address}", self._log)
+        attempt = 0
+        while attempt < self._retry.attempts or (waiting.waiting and give_up_at is None):
             if attempt:
                 wait = self._retry.delay(attempt - 1)
                 if give_up_at is not None:
@@ -1016,6 +1041,8 @@ class RLinkClient:
                     if left <= 0:
                         break
                     wait = min(wait, left)
+                elif attempt >= self._retry.attempts:  # only the wait keeps us here: one last try at its end
+                    wait = min(wait, waiting.left())
                 self._sleep(wait)
             self._check_open()
             tried += 1
@@ -1034,6 +1061,7 @@ class RLinkClient:
                 if not self._retry.retryable(exc):
                     raise
                 last = exc
+                waiting.failed(exc)
                 if ended is None and self._retry.shutting_down(exc):
                     ended = exc
                     if give_up_at is None:
@@ -1041,10 +1069,13 @@ class RLinkClient:
             self._discard_connection()
             self._log.debug("connection attempt %d/%d to %s failed: %s", attempt + 1, self._retry.attempts,
                             self.address, last)
+            attempt += 1
         if give_up_at is not None:
             raise self._not_back(tried, last) from (ended or last)
+        waited = (f" and {waiting.seconds:g} s (connect_wait, ${CONNECT_WAIT_ENV})"
+                  if first and waiting.seconds > 0 else "")
         raise ConnectFailed(
-            f"could not connect to {self.address} after {self._retry.attempts} attempt(s): {last}; "
+            f"could not connect to {self.address} after {tried} attempt(s){waited}: {last}; "
             "is the learner running and is the port right?"
         ) from last
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -35,6 +38,18 @@ std::string random_hex(std::mt19937_64& rng, size_t digits) {
   return text;
 }
 
+// The connect wait when the options leave it to the environment: $RLINKS_CONNECT_WAIT_S, else 60 s.
+double default_connect_wait_s() {
+  const char* text = std::getenv("RLINKS_CONNECT_WAIT_S");
+  if (text == nullptr || *text == '\0') return 60.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(seconds) || seconds < 0) {
+    throw UsageError(std::string("$RLINKS_CONNECT_WAIT_S must be a non-negative number of seconds, got '") + text + "'");
+  }
+  return seconds;
+}
+
 }  // namespace
 
 Client::Client(std::string_view address, ClientOptions options)
@@ -42,6 +57,8 @@ Client::Client(std::string_view address, ClientOptions options)
       rng_(std::random_device{}()), decoder_(options_.max_frame_bytes), read_buffer_(kReadChunk) {
   if (!(options_.timeout_s > 0) || !(options_.connect_timeout_s > 0)) throw UsageError("timeouts must be positive");
   if (options_.retry_attempts < 1) throw UsageError("retry_attempts must be at least 1");
+  if (std::isnan(options_.connect_wait_s)) throw UsageError("connect_wait_s must be a number of seconds");
+  if (options_.connect_wait_s < 0) options_.connect_wait_s = default_connect_wait_s();
   if (options_.max_unacked < 1) throw UsageError("max_unacked must be at least 1");
   for (const std::string& name : options_.extensions) {
     if (name != extension::want_steps && name != extension::ack && name != extension::endpoints &&
@@ -357,9 +374,9 @@ void Client::recover(const char* what, const std::string& error, int& recoveries
   ++recoveries;
 }
 
-void Client::sleep_backoff(int failures) {
+void Client::sleep_backoff(int failures, double most_s) {
   const double ceiling = std::min(options_.backoff_cap_s, options_.backoff_initial_s * double(uint64_t(1) << std::min(failures, 62)));
-  const double seconds = std::uniform_real_distribution<double>(0.0, ceiling)(rng_);
+  const double seconds = std::min(most_s, std::uniform_real_distribution<double>(0.0, ceiling)(rng_));
   if (options_.stop) return options_.stop->sleep_until(deadline_after(seconds));
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
@@ -368,8 +385,17 @@ void Client::connect_with_retries() {
   std::string last_error;
   std::optional<Address> lost;
   if (uses_directory_ && (address_.host != given_.host || address_.port != given_.port)) lost = address_;
-  for (int attempt = 0; attempt < options_.retry_attempts; ++attempt) {
-    if (attempt > 0) sleep_backoff(attempt - 1);
+  // A client that never reached its learner waits for one that is not up yet (connect_wait_s).
+  const bool first = !handshaken_;
+  const auto wait_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.connect_wait_s);
+  const auto wait_left = [&] {
+    return std::max(0.0, std::chrono::duration<double>(wait_until - std::chrono::steady_clock::now()).count());
+  };
+  bool waiting = false;
+  int attempt = 0;
+  for (; attempt < options_.retry_attempts || (waiting && wait_left() > 0); ++attempt) {
+    // Past retry_attempts only the wait keeps us here: one last try at its end.
+    if (attempt > 0) sleep_backoff(attempt - 1, attempt >= options_.retry_attempts ? wait_left() : 1e300);
     if (uses_directory_) address_ = given_;
     try {
       open();
@@ -384,11 +410,19 @@ void Client::connect_with_retries() {
       last_error = error.what();
     } catch (const ConnectionLost& error) {
       last_error = error.what();
+      if (first && !waiting && options_.connect_wait_s > 0) {
+        waiting = true;
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%g", options_.connect_wait_s);
+        warn("waiting up to " + std::string(seconds) + " s for the learner at " + given_.str() +
+             " to listen (connect_wait_s, $RLINKS_CONNECT_WAIT_S): " + last_error);
+      }
     }
     discard_connection();
   }
-  throw ConnectFailed("could not connect to " + address_.str() + " after " + std::to_string(options_.retry_attempts) +
-                      " attempt(s): " + last_error + "; is the learner running and is the port right?");
+  throw ConnectFailed("could not connect to " + address_.str() + " after " + std::to_string(attempt) +
+                      " attempt(s)" + (waiting ? " and the connect wait" : "") + ": " + last_error +
+                      "; is the learner running and is the port right?");
 }
 
 void Client::open() {

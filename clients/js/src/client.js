@@ -35,6 +35,9 @@ export const VERSION = "0.1.0";
 const MAX_SERVER_CODE_CHARS = 64;
 const MAX_SERVER_TEXT_CHARS = 4096;
 const DIRECTORY_ROLE = "directory";
+/** A client that never reached its learner waits this long for one that is not up yet (Python's and C++'s default too). */
+export const DEFAULT_CONNECT_WAIT_MS = 60_000;
+const CONNECT_WAIT_ENV = "RLINKS_CONNECT_WAIT_S";
 /** What a client offers unless told otherwise (`auth` is added when there is a secret). */
 export const DEFAULT_EXTENSIONS = Object.freeze([Extension.WANT_STEPS, Extension.ACK, Extension.ENDPOINTS]);
 const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN, Extension.POLICY_GRAPH]);
@@ -49,6 +52,12 @@ const DEFAULTS = {
   maxUnacked: 16,
   /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends. */
   shutdownGraceMs: 30_000,
+  /**
+   * How long a client that has never reached its learner keeps trying one that is not up yet (refused,
+   * or a directory with no runner yet), past retryAttempts, saying so once through `warn`. Undefined:
+   * $RLINKS_CONNECT_WAIT_S under Node if set, else 60 s (as the Python and C++ clients). 0: no wait.
+   */
+  connectWaitMs: undefined,
   extensions: DEFAULT_EXTENSIONS,
   maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
   secret: null,
@@ -57,6 +66,17 @@ const DEFAULTS = {
   agent: `rlinks-js/${VERSION}`,
   warn: (text) => console.warn(`rlinks: ${text}`),
 };
+
+/** The connect wait the options leave to the environment: $RLINKS_CONNECT_WAIT_S (seconds) under Node, else 60 s. */
+export function defaultConnectWaitMs() {
+  const text = globalThis.process?.env?.[CONNECT_WAIT_ENV]?.trim();
+  if (!text) return DEFAULT_CONNECT_WAIT_MS;
+  const seconds = Number(text);
+  if (!(Number.isFinite(seconds) && seconds >= 0)) {
+    throw new UsageError(`$${CONNECT_WAIT_ENV} must be a non-negative number of seconds, got '${text}'`);
+  }
+  return seconds * 1000;
+}
 
 function serverError(message) {
   return new ServerError(message.code.slice(0, MAX_SERVER_CODE_CHARS), message.message.slice(0, MAX_SERVER_TEXT_CHARS));
@@ -79,6 +99,8 @@ export class Client {
     if (!(o.timeoutMs > 0) || !(o.connectTimeoutMs > 0)) throw new UsageError("timeouts must be positive");
     if (!(Number.isInteger(o.retryAttempts) && o.retryAttempts >= 1)) throw new UsageError("retryAttempts must be an int >= 1");
     if (!(Number.isInteger(o.maxUnacked) && o.maxUnacked >= 1)) throw new UsageError("maxUnacked must be an int >= 1");
+    o.connectWaitMs ??= defaultConnectWaitMs();
+    if (!(o.connectWaitMs >= 0 && Number.isFinite(o.connectWaitMs))) throw new UsageError("connectWaitMs must be a number of ms >= 0");
     for (const name of o.extensions) {
       if (!KNOWN_EXTENSIONS.has(name)) {
         throw new UsageError(`unknown extension '${name}' (known: ${[...KNOWN_EXTENSIONS].join(", ")}; auth is offered when there is a secret)`);
@@ -432,8 +454,14 @@ export class Client {
     let lastError = "";
     const lost = this._usesDirectory && String(this.address) !== String(this._given) ? this.address : null;
     let attempt = 0;
-    for (; attempt < this.options.retryAttempts; attempt++) {
-      if (attempt > 0) await this._sleepBackoff(attempt - 1, until);
+    // A client that never reached its learner waits for one that is not up yet (connectWaitMs).
+    const first = !this._handshaken;
+    const waitEnds = Date.now() + this.options.connectWaitMs;
+    let waiting = false;
+    const keepWaiting = () => waiting && until === null && Date.now() < waitEnds;
+    for (; attempt < this.options.retryAttempts || keepWaiting(); attempt++) {
+      // Past retryAttempts only the wait keeps us here: one last try at its end.
+      if (attempt > 0) await this._sleepBackoff(attempt - 1, until ?? (attempt >= this.options.retryAttempts ? waitEnds : null));
       if (until !== null && attempt > 0 && Date.now() >= until) {
         lastError = `the learner did not come back within ${this.options.shutdownGraceMs / 1000} s of its shutting_down (${lastError})`;
         break;
@@ -454,11 +482,17 @@ export class Client {
           throw error;
         }
         lastError = error.message;
+        if (first && !waiting && until === null && this.options.connectWaitMs > 0 && error instanceof ConnectionLost) {
+          waiting = true;
+          this._warn(`waiting up to ${this.options.connectWaitMs / 1000} s for the learner at ${this._given} to listen ` +
+            `(connectWaitMs): ${lastError}`);
+        }
       }
       this._discardConnection();
     }
     throw new ConnectFailed(
-      `could not connect to ${this.address} after ${attempt} attempt(s): ${lastError}; is the learner running and is the port right?`,
+      `could not connect to ${this.address} after ${attempt} attempt(s)${waiting ? " and the connect wait" : ""}: ${lastError}; ` +
+        `is the learner running and is the port right?${this._originHint()}`,
     );
   }
 
@@ -684,5 +718,16 @@ export class Client {
 
   _warn(text) {
     this.options.warn(text);
+  }
+
+  /**
+   * In a browser, what a failed WebSocket can't say: a page's WebSocket learns no reason when the
+   * learner refuses its origin (HTTP 403), so the error names the page's origin and the flag that lets it in.
+   */
+  _originHint() {
+    const origin = globalThis.location?.origin;
+    if (!this._given.scheme.startsWith("ws") || typeof globalThis.document === "undefined" || !origin) return "";
+    return ` (a browser does not say why a WebSocket failed: if the learner's log says "origin '${origin}' is not in ` +
+      `the runner's ws_allowed_origins", start it with --ws-allowed-origin ${origin})`;
   }
 }

@@ -1,7 +1,7 @@
 /** rlinks-client: train JavaScript simulators (Node, browsers) with Ray RLlib over RLlink. */
 
 export { EnvClient } from "./env_client.js";
-export { Client, DEFAULT_EXTENSIONS, VERSION } from "./client.js";
+export { Client, DEFAULT_CONNECT_WAIT_MS, DEFAULT_EXTENSIONS, VERSION } from "./client.js";
 export { parseAddress } from "./address.js";
 export { normalizeSecret, SECRET_ENV } from "./auth.js";
 export { decodeBody, encodeBody, float64, Float64 } from "./codec.js";

@@ -34,6 +34,11 @@ struct ClientOptions {
   int retry_attempts = 5;           // connection attempts per connect, and reconnections per call
   double backoff_initial_s = 0.2;   // exponential backoff with full jitter between attempts
   double backoff_cap_s = 10.0;
+  // A client that has never reached its learner keeps trying one that is not up yet (refused, or a
+  // directory with no runner yet) for this long, past retry_attempts, with the backoff above; it says
+  // so once through warn. Negative (the default): $RLINKS_CONNECT_WAIT_S if set, else 60 s, as the
+  // Python and JavaScript clients. 0: retry_attempts attempts and no more.
+  double connect_wait_s = -1.0;
   // Reconnect when the connection drops mid-call (or the server is shutting
   // down) and resend every unacknowledged batch. A call whose reconnections
   // all fail after the learner's shutting_down throws that ServerError (the
@@ -191,7 +196,7 @@ class Client {
   bool pump(Deadline deadline, const std::string& what);
   void report_violation(const ProtocolError& error);
   void warn(const std::string& text) const;
-  void sleep_backoff(int failures);
+  void sleep_backoff(int failures, double most_s = 1e300);
 
   ClientOptions options_;
   Address given_;    // as given; when it is a directory, every (re)connect asks it again
