@@ -39,8 +39,10 @@ FAST = dict(timeout=5.0, connect_timeout=2.0, retry_attempts=1, backoff_initial=
 # Certificates
 
 
-def make_certificates(directory: Path) -> dict[str, str]:
+def make_certificates(directory: Path, key: str = "ec") -> dict[str, str]:
     """A CA, a server certificate for localhost/127.0.0.1 and a client certificate, with openssl.
+
+    ``key`` "rsa" makes RSA keys instead of P-256 ones (Mono 6.8's TLS reads no EC certificate).
 
     The same commands as in docs/SECURITY.md, with short lifetimes. Returns
     file paths by name: ca, ca_key, server, server_key, client, client_key,
@@ -50,7 +52,7 @@ def make_certificates(directory: Path) -> dict[str, str]:
         subprocess.CalledProcessError: openssl failed.
     """
     d = Path(directory)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"] if key == "ec" else ["-newkey", "rsa:2048", "-nodes"]
 
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=30)

@@ -29,6 +29,7 @@ namespace Rlinks
         byte[] body;
         int bodyFill;
         readonly Queue<byte[]> ready = new Queue<byte[]>();
+        FrameException failed;
 
         public FrameDecoder(int maxFrameBytes = Limits.DefaultMaxFrameBytes)
         {
@@ -40,6 +41,18 @@ namespace Rlinks
         /// <exception cref="FrameException">a bad header or an empty body (bad_frame)</exception>
         /// <exception cref="FrameTooLargeException">a body over the limit, from its header</exception>
         public void Feed(byte[] data, int offset, int count)
+        {
+            if (failed != null) throw failed;
+            try { FeedFrames(data, offset, count); }
+            catch (FrameException e)
+            {
+                // The bodies before the bad frame are the peer's too: they are handed out first, then the error.
+                failed = e;
+                if (ready.Count == 0) throw;
+            }
+        }
+
+        void FeedFrames(byte[] data, int offset, int count)
         {
             int end = offset + count;
             while (offset < end)
@@ -91,7 +104,13 @@ namespace Rlinks
         }
 
         /// <summary>The next whole body, or null when none is ready.</summary>
-        public byte[] Next() { return ready.Count > 0 ? ready.Dequeue() : null; }
+        /// <exception cref="FrameException">every body before a bad frame was handed out: now its error</exception>
+        public byte[] Next()
+        {
+            if (ready.Count > 0) return ready.Dequeue();
+            if (failed != null) throw failed;
+            return null;
+        }
 
         /// <summary>The stream ended: refused if it ended inside a frame.</summary>
         /// <exception cref="FrameException">the stream ended inside a header or a body</exception>

@@ -1,0 +1,379 @@
+"""The C# client in ``clients/csharp``: a third implementation of ``docs/PROTOCOL.md``, for Unity and .NET.
+
+Built with Mono's ``mcs`` (Debian's ``mono-mcs`` and ``mono-runtime``,
+installed by ``tests/system_packages.py`` where the suite runs as root) into
+``build/csharp-pytest``, rebuilt only when a source changed; the Unity-only
+file (``Runtime/Unity/``) is left out, as it needs UnityEngine. Then held to
+the shared vectors and to Python's names, run against rlinks' own runner
+server (without Ray) and scripted peers, and trained to a mean return of 450
+with a real ``rlinks learner`` (a head start: it runs beside the other tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from client_peers import UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, directory_of, rows_of, summary_of
+from peers import CLOSE, free_port
+from system_packages import require_debian_packages
+from rlinks_rllib.protocol.errors import ErrorCode
+from rlinks_rllib.protocol.extensions import Extension
+from rlinks_rllib.protocol.messages import OLD_API_TYPES, MessageType
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "clients" / "csharp"
+BUILD = ROOT / "build" / "csharp-pytest"
+VECTORS = ROOT / "tests" / "vectors"
+MONO_PACKAGES = ("mono-mcs", "mono-runtime")
+
+# ----------------------------------------------------------------------
+# Building
+
+_build_lock = threading.Lock()
+
+
+def _mcs(out: Path, sources: list[Path], *options: str) -> None:
+    command = ["mcs", "-langversion:7.2", "-nologo", "-warnaserror+", f"-out:{out}", "-r:System.dll", "-r:System.Core.dll",
+               *options, *map(str, sources)]
+    built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if built.returncode != 0:
+        pytest.fail(f"clients/csharp does not build ({out.name}):\n{built.stdout[-6000:]}\n{built.stderr[-6000:]}")
+
+
+def build_csharp() -> Path:
+    """The library, the CartPole sample and the vector replayer in build/csharp-pytest (kept while the sources match)."""
+    require_debian_packages(*MONO_PACKAGES, purpose="the C# client's tests (mcs builds it, mono runs it)")
+    library = sorted(p for p in (SOURCE / "Runtime").rglob("*.cs") if "Unity" not in p.relative_to(SOURCE).parts)
+    sample, vectors = SOURCE / "Samples~" / "CartPole" / "CartPole.cs", SOURCE / "Tests~" / "Vectors.cs"
+    digest = hashlib.sha256()
+    for path in [*library, sample, vectors]:
+        digest.update(path.name.encode() + path.read_bytes())
+    with _build_lock:
+        stamp = BUILD / "sources.sha256"
+        if stamp.exists() and stamp.read_text() == digest.hexdigest():
+            return BUILD
+        BUILD.mkdir(parents=True, exist_ok=True)
+        _mcs(BUILD / "Rlinks.dll", library, "-target:library")
+        for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe")):
+            _mcs(BUILD / exe, [source], f"-r:{BUILD / 'Rlinks.dll'}")
+        stamp.write_text(digest.hexdigest())
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def csharp() -> Path:
+    return build_csharp()
+
+
+def cartpole(build: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["mono", str(build / "cartpole.exe"), *args], capture_output=True, text=True, timeout=timeout)
+
+
+# ----------------------------------------------------------------------
+# The spec, byte for byte
+
+
+def _frames(stream: bytes) -> list[bytes]:
+    bodies, at = [], 0
+    while at + 8 <= len(stream) and stream[at:at + 8].isdigit():
+        n = int(stream[at:at + 8])
+        bodies.append(stream[at + 8:at + 8 + n])
+        at += 8 + n
+    return bodies
+
+
+def _same(got, want, where: str) -> None:
+    if isinstance(want, float) or isinstance(got, float):
+        assert isinstance(got, (int, float)) and not isinstance(got, bool), f"{where}: {got!r} != {want!r}"
+        assert got == want or (math.isnan(got) and math.isnan(want)), f"{where}: {got!r} != {want!r}"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
+        for key in want:
+            _same(got[key], want[key], f"{where}[{key!r}]")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            _same(a, b, f"{where}[{i}]")
+    else:
+        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
+
+
+def test_every_vector_passes(csharp):
+    """Each case fed in one piece and byte by byte: the same messages as its JSON, the same error and when,
+    and the canonical ones encoded again to exactly their bytes."""
+    specs = {p.stem: json.loads(p.read_text()) for p in sorted(VECTORS.glob("*.json"))}
+    cases = "".join(f"{name} {spec['max_frame_bytes']}\n" for name, spec in specs.items())
+    result = subprocess.run(["mono", str(csharp / "vectors.exe"), str(VECTORS)], input=cases, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    replays = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["name"] for r in replays] == list(specs)
+    for replay in replays:
+        name, spec = replay["name"], specs[replay["name"]]
+        for how in ("whole", "bytewise"):
+            got = replay[how]
+            _same(got["messages"], spec["messages"], f"{name} ({how})")
+            if spec["error"] is None:
+                assert got["error"] is None, f"{name} ({how}): {got['error']}"
+            else:
+                assert got["error"] is not None, f"{name} ({how}): no error, expected {spec['error']['code']}"
+                assert (got["error"]["code"], got["error"]["when"]) == (spec["error"]["code"], spec["error"]["when"]), \
+                    f"{name} ({how}): {got['error']} != {spec['error']}"
+            if spec.get("canonical"):
+                bodies = _frames((VECTORS / f"{name}.bin").read_bytes())
+                assert got["encoded"] == [b.hex() for b in bodies[:len(got["encoded"])]], f"{name}: not byte-exact"
+    print(f"\nC#: {len(replays)} vectors replayed whole and byte by byte, "
+          f"{sum(1 for s in specs.values() if s.get('canonical'))} of them byte-exact")
+
+
+def test_error_codes_message_types_and_extensions_are_pythons(csharp):
+    result = subprocess.run(["mono", str(csharp / "vectors.exe"), "--names"], capture_output=True, text=True, timeout=60)
+    names = json.loads(result.stdout)
+    assert sorted(names["error_codes"]) == sorted(code.value for code in ErrorCode)
+    assert sorted(names["message_types"] + names["old_api_types"]) == sorted(t.value for t in MessageType)
+    assert sorted(names["old_api_types"]) == sorted(t.value for t in OLD_API_TYPES)
+    assert sorted(names["extensions"]) == sorted(e.value for e in Extension)
+
+
+# ----------------------------------------------------------------------
+# Against rlinks' runner server
+
+
+def test_trains_on_policy_with_want_steps_and_acks(csharp):
+    with FakeLearner() as learner:
+        result = cartpole(csharp, "--address", f"127.0.0.1:{learner.port}", "--max-steps", "1000", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "running the MLP here, on-policy batches" in result.stderr
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == 1000 and summary["episodes"] > 10
+    assert summary["weights_seq_no"] == learner.updates >= 1000 // UPDATE_STEPS
+    assert summary["steps_acked"] == summary["steps_sent"] == learner.server.stats.steps_in == UPDATE_STEPS * (1000 // UPDATE_STEPS)
+    assert learner.server.stats.duplicates == 0
+    by_id: dict[str, list[dict]] = {}
+    for chunk in learner.chunks:
+        by_id.setdefault(chunk["id_"], []).append(chunk)
+    assert any(len(chunks) > 1 for chunks in by_id.values())
+    for chunks in by_id.values():  # chunks of one episode follow on from each other
+        for before, after in zip(chunks, chunks[1:]):
+            assert after["t_started"] == before["t"] and not before["is_terminated"]
+            np.testing.assert_array_equal(after["observations"]["data"][0], before["observations"]["data"][-1])
+    chunk = learner.chunks[0]  # the recorded log-probabilities are those of the actions under the recorded logits
+    logits = chunk["extra_model_outputs"]["action_dist_inputs"]["data"].astype(np.float64)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    taken = log_probs[np.arange(len(logits)), chunk["actions"]["data"]]
+    np.testing.assert_allclose(chunk["extra_model_outputs"]["action_logp"]["data"], taken, atol=1e-5)
+
+
+def test_n_envs_with_local_inference_share_one_connection(csharp):
+    with FakeLearner() as learner:
+        result = cartpole(csharp, "--address", f"127.0.0.1:{learner.port}", "--envs", "4", "--max-steps", "800")
+    assert result.returncode == 0, result.stderr
+    assert "4 env(s)" in result.stderr
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == 800 and summary["steps_acked"] == summary["steps_sent"] >= 700
+    assert len({chunk["id_"] for chunk in learner.batches[0] if chunk["t_started"] == 0}) >= 4
+
+
+def test_follows_the_directory_to_a_runner(csharp):
+    with FakeLearner() as learner, directory_of(learner) as directory:
+        result = cartpole(csharp, "--address", f"127.0.0.1:{directory.address[1]}", "--max-steps", "200")
+    assert result.returncode == 0, result.stderr
+    assert f"connected to 127.0.0.1:{learner.port}" in result.stderr
+    assert summary_of(result.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
+
+
+def test_waits_for_a_learner_that_is_not_up_yet(csharp):
+    """ConnectWait: the runner starts 3 s after the client, more than the 5 quick attempts take."""
+    port = free_port()
+    client = subprocess.Popen(["mono", str(csharp / "cartpole.exe"), "--address", f"127.0.0.1:{port}", "--max-steps", "100",
+                               "--connect-wait", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        assert client.poll() is None, client.communicate()
+        with ScriptedRunner(port=port):
+            out, err = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate(timeout=10)
+    assert client.returncode == 0, err
+    assert summary_of(out)["steps"] == 100
+    refused = cartpole(csharp, "--address", f"127.0.0.1:{free_port()}", "--connect-wait", "0", "--retry-attempts", "2")
+    assert refused.returncode == 1 and "could not connect" in refused.stderr and "after 2 attempt(s)" in refused.stderr
+
+
+@pytest.fixture
+def secret_file(tmp_path) -> str:
+    from client_peers import SECRET
+
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def rsa_certs(tmp_path_factory) -> dict[str, str]:
+    """The suite's test certificates with RSA keys: Mono 6.8's TLS can't read an EC certificate (.NET and Unity can)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    from test_auth_tls import make_certificates
+
+    return make_certificates(tmp_path_factory.mktemp("rsa-certs"), key="rsa")
+
+
+def test_auth_and_tls(csharp, rsa_certs, secret_file, tmp_path):
+    certs = rsa_certs
+    wrong = tmp_path / "wrong"
+    wrong.write_text("another secret of enough length")
+    tls_and_auth = dict(tls_cert_file=certs["server"], tls_key_file=certs["server_key"], auth_secret_file=secret_file)
+    with FakeLearner(**tls_and_auth) as learner:
+        address = f"tls://localhost:{learner.port}"
+        good = cartpole(csharp, "--address", address, "--ca-file", certs["ca"], "--secret-file", secret_file, "--max-steps", "200")
+        assert good.returncode == 0, good.stderr
+        assert summary_of(good.stdout)["steps"] == 200 and learner.server.stats.steps_in == 3 * UPDATE_STEPS
+        refused = cartpole(csharp, "--address", address, "--ca-file", certs["ca"], "--secret-file", str(wrong),
+                           "--max-steps", "10", "--retry-attempts", "1")
+        assert refused.returncode == 1 and "auth_failed" in refused.stderr, refused.stderr
+        untrusted = cartpole(csharp, "--address", address, "--ca-file", certs["other_ca"], "--secret-file", secret_file,
+                             "--max-steps", "10")
+        assert untrusted.returncode == 1 and "not trusted" in untrusted.stderr, untrusted.stderr
+    with FakeLearner() as learner:  # a client with a secret won't talk to a server that can't prove it knows it
+        unproven = cartpole(csharp, "--address", f"127.0.0.1:{learner.port}", "--secret-file", secret_file, "--max-steps", "10")
+    assert unproven.returncode == 1 and "did not agree to authenticate" in unproven.stderr, unproven.stderr
+
+
+# ----------------------------------------------------------------------
+# Against scripted peers
+
+
+def test_a_dropped_connection_resends_the_unacknowledged_batch(csharp):
+    def drop_before_acking_seq_2(server, conn, message):
+        if message.get("seq") == 2 and conn.index == 0:
+            return CLOSE  # no ACK: the client must send seq 2 again
+        return None
+
+    with ScriptedRunner(on_message=drop_before_acking_seq_2) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", str(4 * UPDATE_STEPS))
+    assert result.returncode == 0, result.stderr
+    assert server.errors == []
+    assert [(b.conn, b.seq, b.duplicate) for b in server.batches][:3] == [(0, 1, False), (0, 2, False), (1, 2, True)]
+    assert len(set(server.client_ids)) == 1
+    summary = summary_of(result.stdout)
+    assert summary["reconnects"] == 1 and summary["batches_resent"] == 1
+    assert summary["steps_acked"] == summary["steps_sent"] == 4 * UPDATE_STEPS  # nothing lost
+
+
+def test_an_acknowledged_on_policy_batch_is_never_sent_again(csharp):
+    def ack_seq_2_then_drop(server, conn, message):
+        if message.get("seq") == 2 and conn.index == 0:
+            conn.send({"type": "ACK", "seq": 2})
+            return CLOSE  # RLlib has the batch, but the weights never came
+        return None
+
+    with ScriptedRunner(on_message=ack_seq_2_then_drop) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", str(3 * UPDATE_STEPS))
+    assert result.returncode == 0, result.stderr
+    batches = server.batch_messages()
+    assert [(conn, m.get("seq")) for conn, m in batches][:3] == [(0, 1), (0, 2), (1, None)]
+    assert batches[2][1]["episodes"] == [] and batches[2][1]["type"] == "EPISODES_AND_GET_STATE"
+
+
+def test_served_actions_rows_are_those_of_section_10_5(csharp):
+    with ServedPeer() as peer:
+        result = cartpole(csharp, "--address", peer.address, "--served-actions", "--envs", "2", "--max-steps", "600")
+    assert result.returncode == 0, result.stderr
+    assert "actions served by the learner" in result.stderr
+    assert peer.violations == [] and peer.errors == []
+    assert all(len(rows.env) >= 2 for _, rows in peer.acts)  # both envs in each ACT
+    rows = rows_of(peer.acts)
+    first = {}
+    for _, env, fields in rows:
+        first.setdefault(env, fields)
+    assert sorted(first) == [0, 1] and all(f["start"] for f in first.values())
+    ended = [f for _, _, f in rows if f["terminated"] or f["truncated"]]
+    assert ended, "no episode ended in 600 steps"
+
+
+# ----------------------------------------------------------------------
+# Training with a real learner
+
+#: The bound of the C# run to 450 from its start (the C++ clients' run takes about 2 minutes alone).
+TRAIN_BOUND_S = 600
+
+
+def _train_csharp_clients_to_450(tmp_path: Path, cancelled: threading.Event) -> dict:
+    """`rlinks learner --config ppo_cartpole` (2 runners) to 450, with 4 C# CartPoles given the directory's address:
+    two run the policy in C#, two (2 envs each) are served by the runners."""
+    build = build_csharp()
+    output, log_path = tmp_path / "run", tmp_path / "learner.log"
+    started = time.monotonic()
+    log = open(log_path, "w+")
+    learner = subprocess.Popen([sys.executable, "-m", "rlinks_rllib", "learner", "--config", "configs/ppo_cartpole.yaml",
+                                "--port", "0", "--output", str(output), "--stop-reward", "450"],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+    clients: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (output / "directory.json").exists():
+            assert learner.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline and not cancelled.is_set(), "the learner never listened"
+            time.sleep(0.5)
+        directory = json.loads((output / "directory.json").read_text())
+        address = f"{directory['host']}:{directory['port']}"
+        arguments = [["--seed", str(i)] for i in range(2)] + [["--served-actions", "--envs", "2", "--seed", str(10 + i)] for i in range(2)]
+        clients = [subprocess.Popen(["mono", str(build / "cartpole.exe"), "--address", address, *args],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for args in arguments]
+        deadline = time.monotonic() + TRAIN_BOUND_S - 120
+        while learner.poll() is None:
+            assert not cancelled.is_set(), "cancelled"
+            assert time.monotonic() < deadline, "the learner did not reach 450 in time: " + log_path.read_text()[-2000:]
+            assert all(c.poll() is None for c in clients), "a C# client ended before the learner"
+            time.sleep(1)
+        outputs = [c.communicate(timeout=60)[0] for c in clients]
+    finally:
+        for proc in clients:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        if learner.poll() is None:
+            learner.send_signal(signal.SIGINT)  # the learner stops RLlib and Ray itself
+            try:
+                learner.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+                learner.wait(timeout=10)
+        log.close()
+    text = log_path.read_text()
+    return {"returncode": learner.returncode, "log": text, "outputs": outputs, "seconds": time.monotonic() - started}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.head_start(_train_csharp_clients_to_450, bound_s=TRAIN_BOUND_S)
+def test_csharp_clients_local_and_served_train_ppo_cartpole_to_450(head_start):
+    """One learner, both kinds of C# clients: 450 holds only if neither is left behind."""
+    run = head_start
+    assert run["returncode"] == 0, run["log"][-3000:]
+    reached = float(re.search(r"done: mean return ([\d.]+)", run["log"]).group(1))
+    assert reached >= 450
+    outputs = run["outputs"]
+    assert sum("actions served by the learner" in text for text in outputs) == 2, outputs
+    assert sum("running the MLP here" in text for text in outputs) == 2, outputs
+    for text in outputs:
+        assert "the learner stopped" in text and summary_of(text)["steps"] > 0, text
+    steps = sum(summary_of(t)["steps"] for t in outputs)
+    print(f"\nC# clients (2 local, 2 served x 2 envs) trained PPO CartPole to {reached:.1f} in {run['seconds']:.0f} s "
+          f"({steps:.0f} env steps)")
