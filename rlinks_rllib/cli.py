@@ -241,8 +241,6 @@ def _web(args) -> int:
         print(f"rlinks web: {exc}", file=sys.stderr)
         return 1
     folder = web.js_package(args.js_dir)
-    if not web.ensure_dependencies(folder, print_fn=lambda line: print(line, file=sys.stderr)):
-        return 1
     try:
         server = web.WebServer(folder, args.host, args.port)
     except OSError as exc:

@@ -1,12 +1,12 @@
 """``rlinks web``: serve the web game (``clients/js/web/``) and the JavaScript client to a browser.
 
-The page loads the client's sources as they are (``src/``, the CartPole of
-``examples/``, and ``@msgpack/msgpack`` from ``node_modules/``, through the
-page's import map), so what is served is the ``clients/js`` folder of a
-checkout, and of it only those parts (:data:`SERVED`): not the tests, not
-the rest of ``node_modules``. The wheel does not carry ``clients/js``: the
-client is an npm package with an npm dependency, and a second copy inside
-the wheel would be one more thing to keep in step; ``--js-dir`` points
+The page loads the client's sources as they are (``src/`` and the CartPole
+of ``examples/``, through the page's import map; the client has no runtime
+dependency), so what is served is the ``clients/js`` folder of a checkout,
+and of it only those parts (:data:`SERVED`): not the tests, not
+``node_modules``. The wheel does not carry ``clients/js``: the client is an
+npm package, and a second copy inside the wheel would be one more thing to
+keep in step; ``--js-dir`` points
 ``rlinks web`` at a checkout's ``clients/js`` from anywhere.
 
 :class:`WebServer` is a small static server (the standard library's
@@ -24,17 +24,16 @@ import logging
 import posixpath
 import shutil
 import socket
-import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 from urllib.parse import unquote, urlsplit
 
 from .client.address import Address, parse_address
 
 __all__ = ["WebServer", "SERVED", "PAGE", "DEFAULT_PORT", "DEFAULT_LEARNER", "WILDCARD_HOSTS", "js_package",
-           "ensure_dependencies", "learner_address", "page_url", "origin"]
+           "learner_address", "page_url", "origin"]
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +43,8 @@ DEFAULT_PORT = 8000
 DEFAULT_LEARNER = "ws://127.0.0.1:5555"
 #: The page's folder inside ``clients/js``; ``/`` is sent there.
 PAGE = "web"
-#: What the page loads: the folders (and the one dependency) of ``clients/js`` that are served, nothing else.
-SERVED = (PAGE, "src", "examples", "node_modules/@msgpack/msgpack")
-#: The file of :data:`SERVED`'s dependency whose presence says ``npm ci`` has run.
-DEPENDENCY_MARK = "node_modules/@msgpack/msgpack/package.json"
-#: Seconds ``npm ci`` may take.
-NPM_TIMEOUT_S = 600
+#: What the page loads: the folders of ``clients/js`` that are served, nothing else.
+SERVED = (PAGE, "src", "examples")
 #: Content types by suffix; anything else is ``application/octet-stream``.
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -89,31 +84,6 @@ def js_package(js_dir: Optional[str] = None) -> Path:
                                 "clients/js): run rlinks web from a checkout of rlinks-rllib, or pass "
                                 "--js-dir CHECKOUT/clients/js")
     return folder
-
-
-def ensure_dependencies(folder: Path, print_fn: Callable[[str], None] = print) -> bool:
-    """Make sure the page's one npm dependency is there: ``npm ci`` in ``folder`` when it is not.
-
-    Returns ``False`` (having said in one line what to run) where it is missing and npm is not
-    installed, or ``npm ci`` failed.
-    """
-    if (folder / DEPENDENCY_MARK).is_file():
-        return True
-    npm = shutil.which("npm")
-    if npm is None:
-        print_fn(f"rlinks web: the page needs @msgpack/msgpack and npm is not installed: "
-                 f"run `npm ci` in {folder} (Node 20 or later), then rlinks web again")
-        return False
-    print_fn(f"rlinks web: installing the JavaScript client's dependencies (npm ci in {folder})")
-    try:
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, timeout=NPM_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        print_fn(f"rlinks web: npm ci took more than {NPM_TIMEOUT_S} s; run it yourself in {folder}")
-        return False
-    if done.returncode != 0 or not (folder / DEPENDENCY_MARK).is_file():
-        print_fn(f"rlinks web: npm ci failed in {folder} (exit {done.returncode}); fix that and run rlinks web again")
-        return False
-    return True
 
 
 def learner_address(text: str) -> Address:

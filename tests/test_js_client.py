@@ -49,8 +49,8 @@ def node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     if int(re.match(r"v(\d+)", version).group(1)) < NODE_MAJOR:
         pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
-    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("@msgpack/msgpack", "typescript", "ws",
-                                                                            "onnxruntime-web")]
+    installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("typescript", "ws", "onnxruntime-web",
+                                                                            "puppeteer-core")]
     if not all(path.exists() for path in installed):
         npm = shutil.which("npm")
         if npm is None:
@@ -175,6 +175,11 @@ def test_calls_out_of_order_are_refused_saying_what_to_do(node):
             await refused(() => client.act([1, 2], 1));                    // the wrong size
             await client.startEpisode(obs);                                // a new episode there: fine
             await client.act(obs);
+            await client.act(obs, 1);                                      // envs take turns in any order
+            await client.report(0, obs, false, false, 1);
+            await client.report(0, obs);
+            const both = await Promise.allSettled([client.act(obs, 0), client.act(obs, 1)]);  // not awaited in turn
+            refusals.push(both[1].status === "rejected" ? both[1].reason.message : "accepted");
             await client.close();
             console.log(JSON.stringify(refusals));
         """))
@@ -183,6 +188,7 @@ def test_calls_out_of_order_are_refused_saying_what_to_do(node):
     assert "not the observation its last report() gave; call startEpisode(obs)" in said[2]
     assert "env 2 is not one of 0..1 (numEnvs)" in said[3]
     assert "needs 4 numbers, got 2" in said[4]
+    assert said[5].startswith("a call while another call of this EnvClient is running: await each call before the next")
 
 
 def test_several_envs_in_one_client(node):
@@ -255,6 +261,80 @@ def test_tls_and_wss_with_the_secret(node, certs, secret_file):
 
 
 # ----------------------------------------------------------------------
+# Installed the way JavaScript users install it
+
+#: Imports the package by name, connects, and prints what it got (argv: the address, then an origin or "").
+CONNECT_AND_SAY = """
+    import { Client, ConnectFailed } from "rlinks-client";
+    const [address, origin] = process.argv.slice(1);
+    const client = new Client(address, { retryAttempts: 1, connectWaitMs: 0, ...(origin ? { origin } : {}) });
+    try {
+      const state = await client.getState();
+      console.log(JSON.stringify({ ok: true, params: state.weights.params.size }));
+    } catch (error) {
+      console.log(JSON.stringify({ ok: false, refused: error instanceof ConnectFailed, error: `${error.name}: ${error.message}` }));
+    } finally {
+      client.close();
+    }
+"""
+
+
+def npm_in(project: Path, *args: str, timeout: float = 300) -> None:
+    """``npm ARGS`` in ``project`` (the registry reachable; no audit, no funding lines)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: the package can't be installed into a project")
+    done = subprocess.run([npm, *args, "--no-audit", "--no-fund"], cwd=project, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"npm {' '.join(args)} failed in {project}:\n{done.stdout}\n{done.stderr}"
+
+
+def connect_from(node: str, project: Path, address: str, *node_flags: str, origin: str = "") -> dict:
+    done = subprocess.run([node, *node_flags, "--input-type=module", "-e", CONNECT_AND_SAY, address, origin],
+                          cwd=project, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_npm_install_from_the_checkout_and_from_npm_pack_then_import_and_connect(node, tmp_path):
+    """The package has no runtime dependency: a checkout's symlink and a tarball both import and connect.
+
+    ``npm install /path/to/clients/js`` makes a symlink: ``--preserve-symlinks`` resolves imports from the
+    project, as a fresh checkout without its own ``node_modules`` would. The tarball from ``npm pack``
+    survives a later ``npm install ws``, and then speaks ws:// with the project's ``ws``.
+    """
+    linked, packed = tmp_path / "linked", tmp_path / "packed"
+    for project in (linked, packed):
+        project.mkdir()
+        (project / "package.json").write_text(json.dumps({"name": project.name, "version": "1.0.0", "private": True}))
+    npm_in(linked, "install", str(PACKAGE))
+    assert (linked / "node_modules" / "rlinks-client").is_symlink()
+    npm_in(PACKAGE, "pack", "--pack-destination", str(tmp_path))
+    (tarball,) = tmp_path.glob("rlinks-client-*.tgz")
+    npm_in(packed, "install", str(tarball))
+    npm_in(packed, "install", "ws@^8.18.0")  # a later install of something else keeps rlinks-client whole
+    assert (packed / "node_modules" / "rlinks-client" / "src" / "msgpack.js").is_file()
+    with FakeLearner() as learner:
+        results = [connect_from(node, linked, f"127.0.0.1:{learner.port}", "--preserve-symlinks"),
+                   connect_from(node, packed, f"127.0.0.1:{learner.port}"),
+                   connect_from(node, packed, f"ws://127.0.0.1:{learner.port}")]
+    for result in results:
+        assert result == {"ok": True, "params": len(PARAMS)}, result
+
+
+def test_a_refused_web_origin_is_reported_with_its_reason(node):
+    """The learner's HTTP 403 and its reason reach the client's ConnectFailed (no retry: it would fail alike)."""
+    with FakeLearner(ws_allowed_origins=("http://game.example",)) as learner:
+        address = f"ws://127.0.0.1:{learner.port}"
+        refused = connect_from(node, PACKAGE, address, origin="http://elsewhere.example")
+        allowed = connect_from(node, PACKAGE, address, origin="http://game.example")
+    assert refused["refused"], refused
+    assert refused["error"] == (f"ConnectFailed: {address} refused the WebSocket upgrade: HTTP 403: origin "
+                                "'http://elsewhere.example' is not in the runner's ws_allowed_origins setting"), refused
+    assert allowed == {"ok": True, "params": len(PARAMS)}, allowed
+
+
+# ----------------------------------------------------------------------
 # Against scripted peers: drops, resends, errors
 
 
@@ -315,6 +395,8 @@ def test_the_learner_shutting_down_ends_the_run(node):
         result = cartpole(node, "--address", server.address, "--max-steps", "1000", "--retry-attempts", "2")
     assert result.returncode == 0, result.stderr
     assert "the learner stopped" in result.stderr and server.connections == 3  # the first, then 2 attempts
+    # The learner's normal end is quiet: no reconnect line, no batch "not acknowledged" (it trains no more).
+    assert "reconnecting" not in result.stderr and "not acknowledged" not in result.stderr, result.stderr
     assert summary_of(result.stdout)["steps"] == 2 * UPDATE_STEPS
 
 
@@ -660,7 +742,6 @@ GRAPH_NODE = """
 GRAPH_PAGE = """<!doctype html>
 <script type="importmap">
   {"imports": {"rlinks-client": "/js/src/index.js",
-               "@msgpack/msgpack": "/js/node_modules/@msgpack/msgpack/dist.esm/index.mjs",
                "onnxruntime-web": "/js/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs"}}
 </script>
 <script type="module">

@@ -5,8 +5,8 @@ page and a module with a JavaScript MIME type (a browser loads nothing
 else), ``/`` sent to the page, ``..`` refused, a missing file and the parts
 of ``clients/js`` the page does not load answered 404; it stops on SIGTERM.
 Also: ``--learner`` takes only WebSocket addresses, and ``rlinks learner
---ws-allowed-origin`` adds to the config's origins. No Node or npm needed
-here: the page's dependency is looked for, and these requests don't need it.
+--ws-allowed-origin`` adds to the config's origins. No Node or npm needed:
+the page and the client it loads have no npm dependency.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from rlinks_rllib.web import DEPENDENCY_MARK
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "clients" / "js"
@@ -76,8 +74,6 @@ class RlinksWeb:
 
 @pytest.fixture(scope="module")
 def served():
-    if not (PACKAGE / DEPENDENCY_MARK).is_file():
-        pytest.skip("clients/js/node_modules is missing (npm ci in clients/js): rlinks web would install it first")
     with RlinksWeb("--learner", "127.0.0.1:6123") as web:
         yield web
     assert web.process.returncode == 0, "rlinks web did not stop cleanly on SIGTERM"
@@ -93,8 +89,7 @@ def test_the_page_and_its_modules_with_a_javascript_mime_type(served):
     page = served.get("/web/")
     assert page.status == 200 and page.getheader("Content-Type").startswith("text/html")
     assert page.body == (PACKAGE / "web" / "index.html").read_bytes()
-    for path in ("/web/game.js", "/src/index.js", "/examples/cartpole_env.js",
-                 "/node_modules/@msgpack/msgpack/dist.esm/index.mjs"):
+    for path in ("/web/game.js", "/src/index.js", "/src/msgpack.js", "/examples/cartpole_env.js"):
         module = served.get(path)
         assert module.status == 200, path
         assert module.getheader("Content-Type").split(";")[0] == "text/javascript", path
@@ -117,6 +112,7 @@ def test_paths_out_of_the_folder_are_refused(served):
 
 def test_missing_files_and_what_the_page_does_not_load_are_404(served):
     for path in ("/web/no_such_file.js", "/package.json", "/test/vectors.test.js", "/node_modules/ws/index.js",
+                 "/node_modules/@msgpack/msgpack/dist.esm/index.mjs",
                  "/src/no_such_folder/"):
         assert served.get(path).status == 404, path
     assert served.get("/web/", method="POST").status == 501  # http.server's answer to a method it has no do_ for

@@ -340,7 +340,7 @@ export interface ClientOptions {
   /** Reconnect after a drop and send again what was not acknowledged. */
   reliable?: boolean;
   maxUnacked?: number;
-  /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends (default 30 s). */
+  /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends (default 30 s under Node, 0 in a browser). */
   shutdownGraceMs?: number;
   /**
    * How long a client that has never reached its learner keeps trying one that is not up yet, past
@@ -354,6 +354,8 @@ export interface ClientOptions {
   /** For tls:// and (under Node) wss://. */
   tls?: TlsOptions;
   agent?: string;
+  /** Under Node, the Origin header a ws:// connection sends (a browser sends its page's own). */
+  origin?: string;
   warn?: (text: string) => void;
 }
 export interface ClientStats {

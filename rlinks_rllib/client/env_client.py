@@ -34,6 +34,14 @@ An env starts an episode on its first :meth:`~EnvClient.act` (or
 ``truncated`` ends it, and the env's next ``act`` starts the next one. Between
 the two, ``act`` takes the observation last reported for that env.
 
+Envs of one client take turns: each env goes act, report, act, ... and the
+calls of different envs may come in any order (``act(env=[0])``,
+``act(env=[1])``, ``report(env=[1])``, ``report(env=[0])``), from one thread
+at a time: an on-policy ``report`` may wait for the weights that every env's
+next action must be sampled with. Envs stepped by threads of their own take
+an EnvClient each (:meth:`EnvClient.stop` and :attr:`EnvClient.stats` are
+for any thread).
+
 Modes (``inference=``): ``"local"`` runs RLlib's default MLP in numpy and any
 other module as the exported graph (onnxruntime), asking the runner for the
 graph itself; ``"served"`` asks the runner for every action (one round trip

@@ -38,6 +38,8 @@ const DIRECTORY_ROLE = "directory";
 /** A client that never reached its learner waits this long for one that is not up yet (Python's and C++'s default too). */
 export const DEFAULT_CONNECT_WAIT_MS = 60_000;
 const CONNECT_WAIT_ENV = "RLINKS_CONNECT_WAIT_S";
+/** shutdownGraceMs under Node (the Python and C++ clients' default too). */
+const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 /** What a client offers unless told otherwise (`auth` is added when there is a secret). */
 export const DEFAULT_EXTENSIONS = Object.freeze([Extension.WANT_STEPS, Extension.ACK, Extension.ENDPOINTS]);
 const KNOWN_EXTENSIONS = new Set([...DEFAULT_EXTENSIONS, Extension.SERVED_ACTIONS, Extension.SERVED_TAKEN, Extension.POLICY_GRAPH]);
@@ -50,8 +52,13 @@ const DEFAULTS = {
   backoffCapMs: 10_000,
   reliable: false,
   maxUnacked: 16,
-  /** After the learner's shutting_down, how long a reliable client tries to reconnect before it ends. */
-  shutdownGraceMs: 30_000,
+  /**
+   * After the learner's shutting_down, how long a reliable client tries to reconnect before it ends
+   * (a learner restored from a checkpoint comes back on the same ports). Undefined: 30 s under Node,
+   * 0 in a browser, whose console shows every refused WebSocket (ERR_CONNECTION_REFUSED): a normal end
+   * stays quiet there.
+   */
+  shutdownGraceMs: undefined,
   /**
    * How long a client that has never reached its learner keeps trying one that is not up yet (refused,
    * or a directory with no runner yet), past retryAttempts, saying so once through `warn`. Undefined:
@@ -64,8 +71,15 @@ const DEFAULTS = {
   /** PEM for tls:// and (under Node) wss://: {ca, cert, key}; the system's CAs when not given. */
   tls: {},
   agent: `rlinks-js/${VERSION}`,
+  /** Under Node, the Origin header a ws:// connection sends (a browser sends its page's own); none by default. */
+  origin: undefined,
   warn: (text) => console.warn(`rlinks: ${text}`),
 };
+
+/** A page's script (not Node, not a worker without a document). */
+function inBrowser() {
+  return typeof globalThis.document !== "undefined" && typeof globalThis.process?.versions?.node !== "string";
+}
 
 /** The connect wait the options leave to the environment: $RLINKS_CONNECT_WAIT_S (seconds) under Node, else 60 s. */
 export function defaultConnectWaitMs() {
@@ -100,6 +114,7 @@ export class Client {
     if (!(Number.isInteger(o.retryAttempts) && o.retryAttempts >= 1)) throw new UsageError("retryAttempts must be an int >= 1");
     if (!(Number.isInteger(o.maxUnacked) && o.maxUnacked >= 1)) throw new UsageError("maxUnacked must be an int >= 1");
     o.connectWaitMs ??= defaultConnectWaitMs();
+    o.shutdownGraceMs ??= inBrowser() ? 0 : DEFAULT_SHUTDOWN_GRACE_MS;
     if (!(o.connectWaitMs >= 0 && Number.isFinite(o.connectWaitMs))) throw new UsageError("connectWaitMs must be a number of ms >= 0");
     for (const name of o.extensions) {
       if (!KNOWN_EXTENSIONS.has(name)) {
@@ -121,6 +136,8 @@ export class Client {
     this._busy = false;
     this._sleepCancel = null;
     this._warnedNoAck = false;
+    /** The learner said shutting_down: what it never acknowledged will never be trained (nothing to warn about). */
+    this._learnerEnded = false;
     this._agreed = new Set();
     /** Whether the server answered a bare PONG (RLlib's own server: no extension). */
     this.plainRllib = false;
@@ -363,7 +380,9 @@ export class Client {
     if (this._closed) return;
     this._closed = true;
     if (this._pending.length > 0) {
-      this._warn(`closing the connection to ${this.address} with ${this._pending.length} batch(es) not acknowledged; call flush() first to wait for them`);
+      if (!this._learnerEnded) {
+        this._warn(`closing the connection to ${this.address} with ${this._pending.length} batch(es) not acknowledged; call flush() first to wait for them`);
+      }
       this._pending = [];
     }
     this._discardConnection();
@@ -410,7 +429,9 @@ export class Client {
         } else if (error instanceof ServerError) {
           if (!this.options.reliable || error.code !== ErrorCode.SHUTTING_DOWN || recoveries >= this.options.retryAttempts) throw error;
           shutDown = error;
+          this._learnerEnded = true;
           graceEnds ??= Date.now() + this.options.shutdownGraceMs;
+          if (this.options.shutdownGraceMs <= 0) throw error;
         } else if (error instanceof ConnectFailed && shutDown !== null) {
           throw new ServerError(shutDown.code, `${shutDown.text} (and ${this.address} could not be reached again: ${error.message})`);
         } else {
@@ -431,7 +452,8 @@ export class Client {
       this._warnedNoAck = true;
       this._warn(`${this.address} does not acknowledge batches (plain RLlink): a batch in flight when the connection dropped may be lost`);
     }
-    this._warn(`connection to ${this.address} lost during ${what} (${error.message}); reconnecting`);
+    // The learner's shutting_down is its normal end: trying it again within the grace goes unsaid.
+    if (!(error instanceof ServerError)) this._warn(`connection to ${this.address} lost during ${what} (${error.message}); reconnecting`);
     await this._sleepBackoff(recoveries);
   }
 

@@ -1,7 +1,7 @@
 /**
  * Frame bodies: msgpack with numpy values in it, both ways, without pickle (PROTOCOL.md sections 3 and 4).
  *
- * {@link decodeBody} reads a body with @msgpack/msgpack's decoder and turns
+ * {@link decodeBody} reads a body with the client's own msgpack reader (msgpack.js) and turns
  * msgpack-numpy maps into {@link NdArray}s; it refuses extension types,
  * nesting deeper than msgpack-python's stack, and every unsafe array.
  *
@@ -13,10 +13,9 @@
  * {@link float64}), and msgpack-numpy's maps, whose keys are bin.
  */
 
-import { Decoder, ExtensionCodec } from "@msgpack/msgpack";
-
-import { DecodeError, ProtocolError, UnsafePayload } from "./errors.js";
+import { DecodeError, UnsafePayload } from "./errors.js";
 import { MAX_DEPTH } from "./limits.js";
+import { decodeMsgpack } from "./msgpack.js";
 import { NdArray, parseComplex, typeName } from "./ndarray.js";
 
 // ---------------------------------------------------------------------------
@@ -43,7 +42,7 @@ export function float64(value) {
 // ---------------------------------------------------------------------------
 // Decoding
 
-/** Marks map keys that were bin on the wire (@msgpack/msgpack's objects take only string keys). */
+/** Marks map keys that were bin on the wire (a plain object takes only string keys). */
 const BIN_KEY = "\u0000bin:";
 const ND = `${BIN_KEY}nd`;
 const TYPE = `${BIN_KEY}type`;
@@ -65,22 +64,6 @@ function mapKeyConverter(key) {
   throw new DecodeError(`map key of type ${typeName(key)} is not supported`);
 }
 
-function refusingExtensions() {
-  const codec = new ExtensionCodec();
-  for (let type = -128; type <= 127; type++) {
-    codec.register({
-      type,
-      encode: () => null,
-      decode: () => {
-        throw new DecodeError(`msgpack extension type ${type} is not part of RLlink`);
-      },
-    });
-  }
-  return codec;
-}
-
-const decoder = new Decoder({ useBigInt64: true, mapKeyConverter, extensionCodec: refusingExtensions() });
-
 /**
  * Unpack one frame body.
  *
@@ -94,14 +77,7 @@ const decoder = new Decoder({ useBigInt64: true, mapKeyConverter, extensionCodec
  * @throws {DecodeError} anything else that is not one complete, valid msgpack value
  */
 export function decodeBody(body) {
-  let value;
-  try {
-    value = decoder.decode(body);
-  } catch (error) {
-    if (error instanceof ProtocolError) throw error;
-    throw new DecodeError(`body is not valid msgpack: ${error?.message ?? error}`);
-  }
-  return walk(value, 0);
+  return walk(decodeMsgpack(body, mapKeyConverter, MAX_DEPTH), 0);
 }
 
 function walk(value, depth) {

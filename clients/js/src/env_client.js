@@ -22,6 +22,14 @@
  * it. Off-policy, a batch goes every `rollout_fragment_length` steps and the
  * weights are fetched every `weightsEveryMs`.
  *
+ * Envs of one client take turns: each env goes act, report, act, ... and
+ * the calls of different envs may come in any order (act env 0, act env 1,
+ * report env 1, report env 0), but one at a time: await each call before
+ * the next. A call made while another is running is refused (UsageError),
+ * since an on-policy report may be waiting for new weights that the other
+ * env's next action must be sampled with. Envs that step concurrently take
+ * an EnvClient each (as the web game's carts do).
+ *
  * Errors from any call: TrainingEnded (the learner ended the run: the normal
  * end), ClientClosed (after stop() or close()), ConnectFailed,
  * ConnectionLost, Timeout, ServerError, ProtocolError, UnsupportedModel (a
@@ -110,6 +118,8 @@ export class EnvClient {
     this._ready = null;
     this._ended = false;
     this._closed = false;
+    /** A call is running (calls take turns: see the module's docs). */
+    this._busy = false;
     this._counters = { steps: 0, episodes: 0, waitMs: 0 };
     this._recentReturns = [];
   }
@@ -311,6 +321,11 @@ export class EnvClient {
 
   async _guarded(body) {
     if (this._closed) throw new ClientClosed("this EnvClient was closed");
+    if (this._busy) {
+      throw new UsageError("a call while another call of this EnvClient is running: await each call before the next " +
+        "(envs of one client take turns; envs that step concurrently take an EnvClient each)");
+    }
+    this._busy = true;
     try {
       return await body();
     } catch (error) {
@@ -319,6 +334,8 @@ export class EnvClient {
         throw new TrainingEnded(error.text);
       }
       throw error;
+    } finally {
+      this._busy = false;
     }
   }
 

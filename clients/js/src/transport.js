@@ -12,7 +12,7 @@
  * an ERROR saying why (best effort) and closes; a close is {@link ConnectionLost}.
  */
 
-import { ConnectionLost, ProtocolError, Timeout, UsageError } from "./errors.js";
+import { ConnectFailed, ConnectionLost, ProtocolError, Timeout, UsageError } from "./errors.js";
 import { encodeMessageBody } from "./framing.js";
 import { errorMessage } from "./messages.js";
 
@@ -145,6 +145,18 @@ export class Transport {
  * @throws {ConnectionLost} the connection could not be made
  * @throws {UsageError} a transport this environment lacks (TCP in a browser)
  */
+/**
+ * Why a connection attempt failed, as the error a retry should see: a certificate the client does not
+ * trust fails the same way every time (ConnectFailed, not retried), anything else may not (ConnectionLost).
+ */
+export function connectError(address, error) {
+  const code = String(error?.code ?? "");
+  if (/CERT|SIGNATURE|ALTNAME|ISSUER/.test(code)) {
+    return new ConnectFailed(`could not connect to ${address}: the server's certificate is not trusted (${error.message})`);
+  }
+  return new ConnectionLost(`could not connect to ${address}${error?.message ? `: ${error.message}` : " (WebSocket)"}`);
+}
+
 export async function openTransport(address, options) {
   if (address.scheme === "tcp" || address.scheme === "tls") {
     if (typeof process === "undefined" || !process.versions?.node) {

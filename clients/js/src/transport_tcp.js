@@ -5,7 +5,7 @@ import tls from "node:tls";
 
 import { ConnectionLost, ProtocolError } from "./errors.js";
 import { encodeHeader, FrameDecoder } from "./framing.js";
-import { Transport } from "./transport.js";
+import { connectError, Transport } from "./transport.js";
 
 export class TcpTransport extends Transport {
   constructor(address, socket, maxFrameBytes) {
@@ -55,7 +55,7 @@ export class TcpTransport extends Transport {
       }, connectTimeoutMs);
       socket.once("error", (error) => {
         clearTimeout(timer);
-        reject(new ConnectionLost(`could not connect to ${address}: ${error.message}`));
+        reject(connectError(address, error));
       });
       socket.once(secure ? "secureConnect" : "connect", () => {
         clearTimeout(timer);

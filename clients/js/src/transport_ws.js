@@ -4,11 +4,17 @@
  * In a browser the page's own `WebSocket`; under Node the `ws` package (an
  * optional dependency: `npm install ws`), since Node 20 has no WebSocket
  * client without a flag. A text message is a protocol error.
+ *
+ * A learner that refuses the upgrade answers an HTTP status with its reason
+ * (403: the page's origin is not in its ws_allowed_origins). Under Node that
+ * answer is read and thrown as {@link ConnectFailed}, which no retry gets
+ * past; a browser's WebSocket is told no reason (the client's ConnectFailed
+ * then names the page's origin and the flag that lets it in).
  */
 
-import { ConnectionLost, FrameError, ProtocolError, UsageError } from "./errors.js";
+import { ConnectFailed, ConnectionLost, FrameError, ProtocolError, UsageError } from "./errors.js";
 import { decodeMessage } from "./framing.js";
-import { Transport } from "./transport.js";
+import { connectError, Transport } from "./transport.js";
 
 async function webSocketClass() {
   if (typeof globalThis.WebSocket === "function") return globalThis.WebSocket;
@@ -17,6 +23,26 @@ async function webSocketClass() {
   } catch {
     throw new UsageError("this JavaScript runtime has no WebSocket: under Node, install the 'ws' package (npm install ws)");
   }
+}
+
+/** The most of a refused upgrade's HTTP answer read for its reason. */
+const MAX_REFUSAL_BYTES = 4096;
+
+/** Under Node's `ws`: the refused upgrade's status and reason, then `reject` with a ConnectFailed saying them. */
+function readRefusal(address, request, response, reject) {
+  const parts = [];
+  let size = 0;
+  const done = () => {
+    const text = new TextDecoder().decode(Buffer.concat(parts)).trim().replace(/^rlinks: /, "");
+    reject(new ConnectFailed(`${address} refused the WebSocket upgrade: HTTP ${response.statusCode}${text ? `: ${text}` : ""}`));
+    request.destroy();
+  };
+  response.on("data", (chunk) => {
+    if (size < MAX_REFUSAL_BYTES) parts.push(chunk.subarray(0, MAX_REFUSAL_BYTES - size));
+    size += chunk.length;
+  });
+  response.on("end", done);
+  response.on("error", done);
 }
 
 export class WebSocketTransport extends Transport {
@@ -40,23 +66,29 @@ export class WebSocketTransport extends Transport {
     socket.onerror = () => this._closed(new ConnectionLost(`connection to ${address} lost`));
   }
 
-  static async open(address, { connectTimeoutMs, maxFrameBytes, tls: certificates = {} }) {
+  /** `origin`: the Origin header to send under Node (a browser sends its page's own). */
+  static async open(address, { connectTimeoutMs, maxFrameBytes, tls: certificates = {}, origin }) {
     const WebSocket = await webSocketClass();
     const url = `${address.scheme}://${address.host.includes(":") ? `[${address.host}]` : address.host}:${address.port}${address.path}`;
     return new Promise((resolve, reject) => {
       // A browser's WebSocket checks wss:// against the system's CAs; the ws package takes ours.
       const browser = WebSocket === globalThis.WebSocket;
-      const socket = browser ? new WebSocket(url) : new WebSocket(url, { ...certificates, minVersion: "TLSv1.2" });
+      const socket = browser ? new WebSocket(url)
+        : new WebSocket(url, { ...certificates, minVersion: "TLSv1.2", ...(origin ? { origin } : {}) });
       socket.binaryType = "arraybuffer";
       const timer = setTimeout(() => {
         socket.close();
         reject(new ConnectionLost(`could not connect to ${address} within ${connectTimeoutMs / 1000} s`));
       }, connectTimeoutMs);
-      socket.onerror = () => {
+      socket.onerror = (event) => {
         clearTimeout(timer);
-        reject(new ConnectionLost(`could not connect to ${address} (WebSocket)`));
+        reject(connectError(address, event?.error));  // a browser's event carries no error: the address alone
       };
       socket.onclose = socket.onerror;
+      socket.on?.("unexpected-response", (request, response) => {
+        clearTimeout(timer);
+        readRefusal(address, request, response, reject);
+      });
       socket.onopen = () => {
         clearTimeout(timer);
         resolve(new WebSocketTransport(address, socket, maxFrameBytes));
