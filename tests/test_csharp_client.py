@@ -58,8 +58,9 @@ def build_csharp() -> Path:
     require_debian_packages(*MONO_PACKAGES, purpose="the C# client's tests (mcs builds it, mono runs it)")
     library = sorted(p for p in (SOURCE / "Runtime").rglob("*.cs") if "Unity" not in p.relative_to(SOURCE).parts)
     sample, vectors = SOURCE / "Samples~" / "CartPole" / "CartPole.cs", SOURCE / "Tests~" / "Vectors.cs"
+    agent = SOURCE / "Samples~" / "CartPoleAgent" / "CartPoleAgent.cs"
     digest = hashlib.sha256()
-    for path in [*library, sample, vectors]:
+    for path in [*library, sample, vectors, agent]:
         digest.update(path.name.encode() + path.read_bytes())
     with _build_lock:
         stamp = BUILD / "sources.sha256"
@@ -69,6 +70,7 @@ def build_csharp() -> Path:
         _mcs(BUILD / "Rlinks.dll", library, "-target:library")
         for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe")):
             _mcs(BUILD / exe, [source], f"-r:{BUILD / 'Rlinks.dll'}")
+        _mcs(BUILD / "cartpole_agent.exe", [agent, sample], f"-r:{BUILD / 'Rlinks.dll'}", "-main:AgentProgram")
         stamp.write_text(digest.hexdigest())
     return BUILD
 
@@ -255,6 +257,18 @@ def test_auth_and_tls(csharp, rsa_certs, secret_file, tmp_path):
     assert unproven.returncode == 1 and "did not agree to authenticate" in unproven.stderr, unproven.stderr
 
 
+def test_ml_agents_style_agents_join_act_and_take_over(csharp):
+    """Samples~/CartPoleAgent: Agents in ML-Agents' shape on one AgentDriver; the heuristic's steps go as take-overs."""
+    with FakeLearner() as learner:
+        result = subprocess.run(["mono", str(csharp / "cartpole_agent.exe"), "--address", f"127.0.0.1:{learner.port}",
+                                 "--agents", "3", "--max-steps", "600", "--teacher"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(result.stdout)
+    assert summary["steps"] >= 590 and summary["takeover_steps"] > 0 and summary["steps_acked"] == summary["steps_sent"] > 0
+    marked = [c for c in learner.chunks if "rlinks_takeover" in (c.get("extra_model_outputs") or {})]
+    assert marked and len({c["id_"] for c in learner.batches[0] if c["t_started"] == 0}) >= 3
+
+
 # ----------------------------------------------------------------------
 # Against scripted peers
 
@@ -340,7 +354,9 @@ def _train_csharp_clients_to_450(tmp_path: Path, cancelled: threading.Event) -> 
         while learner.poll() is None:
             assert not cancelled.is_set(), "cancelled"
             assert time.monotonic() < deadline, "the learner did not reach 450 in time: " + log_path.read_text()[-2000:]
-            assert all(c.poll() is None for c in clients), "a C# client ended before the learner"
+            for client in clients:  # a client ends (0) when the learner has stopped; before, it failed
+                if client.poll() not in (None, 0):
+                    raise AssertionError(f"a C# client ended before the learner:\n{client.communicate()[0][-3000:]}")
             time.sleep(1)
         outputs = [c.communicate(timeout=60)[0] for c in clients]
     finally:
