@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from rlinks_rllib.training.files import write_json_whole
-from rlinks_rllib.training.report import COLUMNS, format_row, row_from_result, write_csv
+from rlinks_rllib.training.report import COLUMNS, format_return, format_row, row_from_result, write_csv
 
 
 def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
@@ -29,6 +29,25 @@ def test_counts_come_from_numpy_values_and_a_runnerless_iteration_counts_zero():
     assert (row["env_steps_iter"], row["weights_seq_no"], row["policy_lag_max"]) == (0, 0, 0.0)
     assert math.isnan(row["episode_return_mean"])
     assert "| return  no end |" in format_row(row), format_row(row)
+
+
+def test_the_live_line_has_enough_digits_for_the_runs_scale():
+    """Rewards in 0..1 with --stop-reward 0.8: no '0.8' before the stop fires, nor a rounded 'done' value."""
+    row = dict.fromkeys(COLUMNS, 0)
+    row.update(iteration=7, episode_return_mean=0.786)
+    assert "| return   0.786 |" in format_row(row, 0.8), format_row(row, 0.8)
+    assert format_return(0.7999, 0.8) == "0.7999"  # just below: never reads as the target
+    assert format_return(0.79999999, 0.8) == "0.79999999"
+    assert format_return(0.8123, 0.8) == "0.812"  # done: mean return 0.812, not 0.8
+    assert format_return(0.849, 0.85) == "0.849" and format_return(0.85, 0.85) == "0.850"  # the target's decimals
+    # CartPole's scale keeps its one decimal, unless a value just below 450 would read as 450.0.
+    assert format_return(447.26, 450) == "447.3" and format_return(449.96, 450) == "449.96"
+    assert format_return(-401.23, -400) == "-401.2"
+    # Without a target, the value's own magnitude: three significant digits at least, one decimal at least.
+    assert [format_return(v) for v in (23.7, 0.0123, 0.0, 1234.5)] == ["23.7", "0.0123", "0.0", "1234.5"]
+    # Each policy's return of a multi-agent run gets the same digits.
+    row["return_seeker"] = 0.5049
+    assert "| seeker 0.505" in format_row(row, 0.8)
 
 
 def test_a_reader_polling_the_learners_files_never_sees_half_of_one(tmp_path):

@@ -22,7 +22,7 @@ from . import quiet
 from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .files import write_json_whole
 from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
-from .report import format_row, plot_curve, row_from_result, write_csv
+from .report import format_return, format_row, plot_curve, row_from_result, write_csv
 from .timings import IterationTimes
 
 __all__ = ["LearnerOptions", "run_learner", "announce_runners", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
@@ -463,14 +463,15 @@ def run_learner(
         # The last iteration may have ended no episode (NaN): the last mean that exists.
         last = next((r["episode_return_mean"] for r in reversed(rows) if math.isfinite(r["episode_return_mean"])),
                     math.nan)
+        shown = format_return(last, stop_reward)  # the digits the stop reward's scale needs
         if terminated.is_set():
-            print_fn(f"terminated (SIGTERM) after {len(rows)} iterations, mean return {last:.1f}; "
+            print_fn(f"terminated (SIGTERM) after {len(rows)} iterations, mean return {shown}; "
                      f"checkpoint in {output / 'checkpoint'}")
             return EXIT_TERMINATED
         if reached:
-            print_fn(f"done: mean return {last:.1f} after {len(rows)} iterations; results in {output}")
+            print_fn(f"done: mean return {shown} after {len(rows)} iterations; results in {output}")
             return EXIT_OK
-        print_fn(f"stopped: mean return {last:.1f} < target {stop_reward:g} after {stop_iters} iterations; "
+        print_fn(f"stopped: mean return {shown} < target {stop_reward:g} after {stop_iters} iterations; "
                  f"results in {output}")
         return EXIT_TARGET_MISSED
     finally:
@@ -508,7 +509,7 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
                               clients=sum(e.clients for e in runners), previous=rows[-1] if rows else None,
                               times=times.update(result))
         rows.append(row)
-        print_fn(format_row(row))
+        print_fn(format_row(row, stop_reward))
         write_csv(rows, output / "progress.csv")
         if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:
             algo.save_to_path(str(output / "checkpoint"))

@@ -3,22 +3,30 @@
 Rows are plain dicts with the columns of :data:`COLUMNS`, taken from RLlib's
 result dict by :func:`row_from_result`; :func:`write_csv` and
 :func:`plot_curve` write them out, and :func:`format_row` prints one live.
+
+A return is shown with enough digits for the run's scale
+(:func:`format_return`): at least :data:`RETURN_DIGITS` significant ones of
+the stop reward's magnitude (or the value's, without one), as many decimals
+as the stop reward has, and never a value below the stop reward that reads
+as the stop reward (a game with rewards in 0..1 and ``--stop-reward 0.8``
+shows ``0.786``, not ``0.8``, an iteration before the run stops).
 """
 
 from __future__ import annotations
 
 import csv
+import decimal
 import io
 import math
 import numbers
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 from ..server.metrics import TAKEOVER_RATE
 from .files import write_text_whole
 from .timings import TIME_COLUMNS
 
-__all__ = ["COLUMNS", "row_from_result", "format_row", "write_csv", "plot_curve"]
+__all__ = ["COLUMNS", "row_from_result", "format_row", "format_return", "write_csv", "plot_curve"]
 
 COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
            "weights_seq_no", "policy_lag_max", *TIME_COLUMNS)
@@ -32,6 +40,10 @@ TAKEOVER_COLUMN = "takeover_rate"
 DROPPED_COLUMN = "steps_dropped"
 DROPPED_SHARE_COLUMN = "dropped_share"
 _SINGLE_AGENT_MODULE = "default_policy"
+#: Significant digits a return is shown with at least (of the stop reward's magnitude, else its own).
+RETURN_DIGITS = 3
+#: Most decimals a return is shown with (a value a hair below the stop reward included).
+MAX_RETURN_DECIMALS = 9
 
 
 def _count(value) -> int:
@@ -110,23 +122,49 @@ def _extra_columns(rows: list[dict]) -> list[str]:
             + _policy_columns(rows))
 
 
-def format_row(row: dict) -> str:
-    """The live line for one iteration.
+def return_decimals(value: float, target: Optional[float] = None) -> int:
+    """Decimals for a return of ``value`` in a run that stops at ``target`` (see the module's docs)."""
+    scale = abs(target) if target else abs(value) if math.isfinite(value) else 0.0
+    decimals = RETURN_DIGITS - 1 - math.floor(math.log10(scale)) if scale > 0 else 1
+    if target is not None and math.isfinite(target):
+        exponent = decimal.Decimal(repr(float(target))).normalize().as_tuple().exponent
+        decimals = max(decimals, -exponent if isinstance(exponent, int) else 0)
+    return min(max(decimals, 1), MAX_RETURN_DECIMALS)
+
+
+def format_return(value: float, target: Optional[float] = None) -> str:
+    """``value`` with :func:`return_decimals` decimals, more while a value below ``target`` would read as it.
+
+    ``"nan"`` for NaN (the caller words it).
+    """
+    if not math.isfinite(value):
+        return "nan"
+    decimals = return_decimals(value, target)
+    text = f"{value:.{decimals}f}"
+    while target is not None and value < target <= float(text) and decimals < MAX_RETURN_DECIMALS:
+        decimals += 1
+        text = f"{value:.{decimals}f}"
+    return text
+
+
+def format_row(row: dict, target: Optional[float] = None) -> str:
+    """The live line for one iteration of a run that stops at a mean return of ``target`` (if any).
 
     The return reads "no end" when no episode ended in the iteration: RLlib
     clears its windowed mean at every iteration's reduce, so the result holds
     NaN then (an off-policy learner taking fewer steps per iteration than an
-    episode lasts, say), which ``progress.csv`` keeps as ``nan``.
+    episode lasts, say), which ``progress.csv`` keeps as ``nan``. Its digits
+    are :func:`format_return`'s, and so are each policy's.
     """
     ret = row["episode_return_mean"]
-    shown = f"{ret:7.1f}" if math.isfinite(ret) else " no end"
+    shown = f"{format_return(ret, target):>7}" if math.isfinite(ret) else " no end"
     return (
         f"iter {row['iteration']:4d} | env steps {row['env_steps']:9,d} | return {shown} | "
         f"{row['steps_per_s']:8,.0f} steps/s | clients {row['clients']:3d} | weights v{row['weights_seq_no']}"
         + (f" | lag {row['policy_lag_max']:.0f}" if row["policy_lag_max"] else "")
         + (f" | take-over {row[TAKEOVER_COLUMN]:.1%}" if math.isfinite(row.get(TAKEOVER_COLUMN, math.nan)) else "")
         + (f" | dropped {row[DROPPED_SHARE_COLUMN]:.0%}" if DROPPED_COLUMN in row else "")
-        + "".join(f" | {k[len(POLICY_RETURN_PREFIX):]} {row[k]:.1f}" for k in _policy_columns([row]))
+        + "".join(f" | {k[len(POLICY_RETURN_PREFIX):]} {format_return(row[k], target)}" for k in _policy_columns([row]))
     )
 
 
