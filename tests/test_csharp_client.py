@@ -59,8 +59,9 @@ def build_csharp() -> Path:
     library = sorted(p for p in (SOURCE / "Runtime").rglob("*.cs") if "Unity" not in p.relative_to(SOURCE).parts)
     sample, vectors = SOURCE / "Samples~" / "CartPole" / "CartPole.cs", SOURCE / "Tests~" / "Vectors.cs"
     agent = SOURCE / "Samples~" / "CartPoleAgent" / "CartPoleAgent.cs"
+    policy = SOURCE / "Tests~" / "PolicyVectors.cs"
     digest = hashlib.sha256()
-    for path in [*library, sample, vectors, agent]:
+    for path in [*library, sample, vectors, agent, policy]:
         digest.update(path.name.encode() + path.read_bytes())
     with _build_lock:
         stamp = BUILD / "sources.sha256"
@@ -68,7 +69,7 @@ def build_csharp() -> Path:
             return BUILD
         BUILD.mkdir(parents=True, exist_ok=True)
         _mcs(BUILD / "Rlinks.dll", library, "-target:library")
-        for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe")):
+        for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe"), (policy, "policy_vectors.exe")):
             _mcs(BUILD / exe, [source], f"-r:{BUILD / 'Rlinks.dll'}")
         _mcs(BUILD / "cartpole_agent.exe", [agent, sample], f"-r:{BUILD / 'Rlinks.dll'}", "-main:AgentProgram")
         stamp.write_text(digest.hexdigest())
@@ -148,6 +149,32 @@ def test_error_codes_message_types_and_extensions_are_pythons(csharp):
     assert sorted(names["message_types"] + names["old_api_types"]) == sorted(t.value for t in MessageType)
     assert sorted(names["old_api_types"]) == sorted(t.value for t in OLD_API_TYPES)
     assert sorted(names["extensions"]) == sorted(e.value for e in Extension)
+
+
+def test_the_local_policy_computes_what_the_python_client_computes(csharp, tmp_path):
+    """``tests/vectors/policy``: the MLP's outputs, log-probabilities, the Box action the env gets; and the refusals."""
+    import msgpack
+
+    def close(got, want, where):
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-5, atol=1e-6, err_msg=where)
+
+    checked = 0
+    for kind in ("mlp", "logp", "action_for_env"):
+        spec = json.loads((VECTORS / "policy" / f"{kind}.json").read_text())
+        packed = tmp_path / f"{kind}.msgpack"
+        packed.write_bytes(msgpack.packb(spec))  # read there by the C# client's own codec
+        result = subprocess.run(["mono", str(csharp / "policy_vectors.exe"), kind, str(packed)], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert len(lines) == len(spec["cases"]) + len(spec.get("refused", []))
+        for case, got in zip(spec["cases"], lines):
+            key = {"mlp": "dist_inputs", "logp": "logp", "action_for_env": "for_env"}[kind]
+            close(got[key], case[key], f"{kind}: {case.get('name', case)}")
+        for case, got in zip(spec.get("refused", []), lines[len(spec["cases"]):]):
+            assert got["name"] == case["name"] and got["refused"], f"{kind}: {case['name']} was not refused"
+        checked += len(lines)
+    print(f"\nC#: {checked} policy vectors")
 
 
 # ----------------------------------------------------------------------

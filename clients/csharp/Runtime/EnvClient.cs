@@ -26,6 +26,8 @@ namespace Rlinks
         /// <summary>Sample actions (true) or take the most likely one (false: logp 0).</summary>
         public bool Explore = true;
         public int? Seed;
+        /// <summary>Box actions: RLlib's normalize_actions (the sample unsquashed from [-1, 1] to the bounds) and clip_actions.</summary>
+        public bool NormalizeActions = true, ClipActions = false;
         /// <summary>Off-policy runners: fetch weights after every this many batches.</summary>
         public int WeightsEveryBatches = 1;
     }
@@ -270,9 +272,9 @@ namespace Rlinks
                 else if (!b.LastObservation.SequenceEqual(obs[i]))
                     throw new UsageException("env " + env + ": Act() was given another observation than its last Report() gave (call StartEpisode() for a new episode)");
                 float[] dist = policy.Forward(obs[i]);
-                Choice choice = own != null ? Sampling.Logged(dist, config.ActionSpace, own[i])
+                Choice choice = own != null ? Sampling.Logged(dist, config.ActionSpace, own[i], options.NormalizeActions)
                     : config.ActionSpace.IsDiscrete ? Sampling.Categorical(dist, random, options.Explore)
-                    : Sampling.Gaussian(dist, config.ActionSpace, random, options.Explore);
+                    : Sampling.Gaussian(dist, config.ActionSpace, random, options.Explore, options.NormalizeActions, options.ClipActions);
                 acted[env] = new KeyValuePair<Choice, float[]>(choice, dist);
                 if (takeOver) takeOverPending[env] = true;
                 result[i] = choice.Applied;

@@ -75,17 +75,7 @@ namespace Rlinks
                 throw Malformed("this client takes a Box observation space (a vector), not " + Describe(obs));
             c.ObservationShape = Shape(obs.Get("shape"), "observation_space");
             c.ObservationDtype = obs.Get("dtype") as string ?? "<f4";
-            var act = d.Get("action_space") as MsgMap;
-            string kind = act == null ? null : act.Get("kind") as string;
-            if (kind == "discrete")
-            {
-                if (!(act.Get("n") is long) || (long)act.Get("n") < 1) throw Malformed("action_space: discrete needs an int n >= 1");
-                if (act.Get("start") is long && (long)act.Get("start") != 0) throw Malformed("action_space: a Discrete space that does not start at 0");
-                c.ActionSpace = ActionSpace.Discrete((int)(long)act.Get("n"));
-            }
-            else if (kind == "box")
-                c.ActionSpace = ActionSpace.Box(Shape(act.Get("shape"), "action_space"), Bound(act.Get("low")), Bound(act.Get("high")));
-            else throw Malformed("this client takes a Discrete or Box action space, not " + Describe(act));
+            c.ActionSpace = ReadActionSpace(d.Get("action_space") as MsgMap);
             object fragment = d.Get("rollout_fragment_length");
             if (!(fragment is long) || (long)fragment < 1) throw Malformed("'rollout_fragment_length' must be an int >= 1");
             c.RolloutFragmentLength = (long)fragment;
@@ -97,6 +87,22 @@ namespace Rlinks
                 if (model.Get("head_fcnet_activation") is string) c.HeadFcnetActivation = (string)model.Get("head_fcnet_activation");
             }
             return c;
+        }
+
+        /// <summary>A Discrete or Box action space as section 9 describes it.</summary>
+        /// <exception cref="InvalidMessageException">another kind, or a malformed one</exception>
+        public static ActionSpace ReadActionSpace(MsgMap act)
+        {
+            string kind = act == null ? null : act.Get("kind") as string;
+            if (kind == "discrete")
+            {
+                if (!(act.Get("n") is long) || (long)act.Get("n") < 1) throw Malformed("action_space: discrete needs an int n >= 1");
+                if (act.Get("start") is long && (long)act.Get("start") != 0) throw Malformed("action_space: a Discrete space that does not start at 0");
+                return ActionSpace.Discrete((int)(long)act.Get("n"));
+            }
+            if (kind == "box")
+                return ActionSpace.Box(Shape(act.Get("shape"), "action_space"), Bound(act.Get("low"), float.NegativeInfinity), Bound(act.Get("high"), float.PositiveInfinity));
+            throw Malformed("this client takes a Discrete or Box action space, not " + Describe(act));
         }
 
         static long[] Shape(object value, string what)
@@ -112,14 +118,14 @@ namespace Rlinks
             return shape;
         }
 
-        static float[] Bound(object value)
+        static float[] Bound(object value, float unbounded)
         {
             var array = value as NdArray;
             if (array != null) return array.ToFloats();
             var list = value as List<object>;
             if (list == null) return null;
             var r = new float[list.Count];
-            for (int i = 0; i < r.Length; i++) r[i] = list[i] == null ? float.NaN : Convert.ToSingle(list[i]);
+            for (int i = 0; i < r.Length; i++) r[i] = list[i] == null ? unbounded : Convert.ToSingle(list[i]);
             return r;
         }
 

@@ -93,14 +93,14 @@ namespace Rlinks
         }
 
         /// <summary>A draw (or with explore false the means, logp 0) from the Gaussian, unsquashed to the space.</summary>
-        public static Choice Gaussian(float[] distInputs, ActionSpace space, Random random, bool explore)
+        public static Choice Gaussian(float[] distInputs, ActionSpace space, Random random, bool explore, bool normalize = true, bool clip = false)
         {
             CheckedMax(distInputs, 0, distInputs.Length, "mean or log-std");
             int size = distInputs.Length / 2;
             var sample = new float[size];
             for (int i = 0; i < size; i++)
                 sample[i] = explore ? (float)(distInputs[i] + Math.Exp(distInputs[size + i]) * Normal(random)) : distInputs[i];
-            return new Choice { Recorded = sample, Applied = EnvAction.OfBox(Unsquash(sample, space)), Logp = explore ? GaussianLogp(distInputs, sample) : 0 };
+            return new Choice { Recorded = sample, Applied = EnvAction.OfBox(ForEnv(sample, space, normalize, clip)), Logp = explore ? GaussianLogp(distInputs, sample) : 0 };
         }
 
         static double Normal(Random random)
@@ -109,37 +109,48 @@ namespace Rlinks
             return Math.Sqrt(-2 * Math.Log(u)) * Math.Cos(2 * Math.PI * random.NextDouble());
         }
 
-        /// <summary>From RLlib's [-1, 1] to the Box's bounds, clipped (unbounded dimensions pass as they are).</summary>
-        public static float[] Unsquash(float[] recorded, ActionSpace space)
+        static bool Bounded(ActionSpace space)
         {
-            var r = new float[recorded.Length];
+            for (int i = 0; i < space.Size; i++)
+                if (float.IsInfinity(space.Low[i]) || float.IsInfinity(space.High[i]) || float.IsNaN(space.Low[i]) || float.IsNaN(space.High[i])) return false;
+            return true;
+        }
+
+        /// <summary>
+        /// A recorded Box action as the env gets it, as RLlib's env runners hand it over: with normalize (RLlib's
+        /// normalize_actions, the default) from [-1, 1] to the bounds and clipped there, when every bound is
+        /// finite (else as it is); without normalize, clipped to the bounds given when clip (clip_actions).
+        /// </summary>
+        public static float[] ForEnv(float[] recorded, ActionSpace space, bool normalize = true, bool clip = false)
+        {
+            var r = (float[])recorded.Clone();
+            bool bounded = Bounded(space);
             for (int i = 0; i < r.Length; i++)
             {
                 float low = space.Low[i], high = space.High[i];
-                bool bounded = !float.IsInfinity(low) && !float.IsInfinity(high);
-                float x = bounded ? low + (recorded[i] + 1f) * (high - low) / 2f : recorded[i];
-                r[i] = Math.Min(Math.Max(x, low), high);
+                if (normalize && bounded) r[i] = Math.Min(Math.Max(low + (recorded[i] + 1f) * (high - low) / 2f, low), high);
+                else if (!normalize && clip) r[i] = Math.Min(Math.Max(recorded[i], float.IsNaN(low) ? float.NegativeInfinity : low), float.IsNaN(high) ? float.PositiveInfinity : high);
             }
             return r;
         }
 
-        /// <summary>A Box action as the env applies it, clipped, back into RLlib's [-1, 1] (the form it trains on).</summary>
-        public static float[] Squash(float[] applied, ActionSpace space)
+        /// <summary>A Box action as the env applies it, clipped to the bounds, back into the form RLlib trains on ([-1, 1] with normalize).</summary>
+        public static float[] Recorded(float[] applied, ActionSpace space, bool normalize = true)
         {
             var r = new float[applied.Length];
+            bool bounded = Bounded(space);
             for (int i = 0; i < r.Length; i++)
             {
                 float low = space.Low[i], high = space.High[i];
                 float x = Math.Min(Math.Max(applied[i], low), high);
-                bool bounded = !float.IsInfinity(low) && !float.IsInfinity(high);
-                r[i] = bounded ? Math.Min(Math.Max(2f * (x - low) / (high - low) - 1f, -1f), 1f) : x;
+                r[i] = normalize && bounded ? Math.Min(Math.Max(2f * (x - low) / (high - low) - 1f, -1f), 1f) : x;
             }
             return r;
         }
 
         /// <summary>The recorded form of an action the simulator chose itself, and the policy's log-probability of it.</summary>
         /// <exception cref="UsageException">not an action of the space</exception>
-        public static Choice Logged(float[] distInputs, ActionSpace space, EnvAction action)
+        public static Choice Logged(float[] distInputs, ActionSpace space, EnvAction action, bool normalize = true)
         {
             if (space.IsDiscrete)
             {
@@ -148,7 +159,7 @@ namespace Rlinks
             }
             if (action.IsDiscrete || action.Box.Length != space.Size)
                 throw new UsageException("the action " + action + " is not one of " + space + " (" + space.Size + " values)");
-            float[] recorded = Squash(action.Box, space);
+            float[] recorded = Recorded(action.Box, space, normalize);
             var applied = new float[action.Box.Length];
             for (int i = 0; i < applied.Length; i++) applied[i] = Math.Min(Math.Max(action.Box[i], space.Low[i]), space.High[i]);
             return new Choice { Recorded = recorded, Applied = EnvAction.OfBox(applied), Logp = GaussianLogp(distInputs, recorded) };
