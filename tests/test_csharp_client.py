@@ -59,9 +59,9 @@ def build_csharp() -> Path:
     library = sorted(p for p in (SOURCE / "Runtime").rglob("*.cs") if "Unity" not in p.relative_to(SOURCE).parts)
     sample, vectors = SOURCE / "Samples~" / "CartPole" / "CartPole.cs", SOURCE / "Tests~" / "Vectors.cs"
     agent = SOURCE / "Samples~" / "CartPoleAgent" / "CartPoleAgent.cs"
-    policy = SOURCE / "Tests~" / "PolicyVectors.cs"
+    policy, scenarios = SOURCE / "Tests~" / "PolicyVectors.cs", SOURCE / "Tests~" / "Scenarios.cs"
     digest = hashlib.sha256()
-    for path in [*library, sample, vectors, agent, policy]:
+    for path in [*library, sample, vectors, agent, policy, scenarios]:
         digest.update(path.name.encode() + path.read_bytes())
     with _build_lock:
         stamp = BUILD / "sources.sha256"
@@ -69,7 +69,8 @@ def build_csharp() -> Path:
             return BUILD
         BUILD.mkdir(parents=True, exist_ok=True)
         _mcs(BUILD / "Rlinks.dll", library, "-target:library")
-        for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe"), (policy, "policy_vectors.exe")):
+        for source, exe in ((sample, "cartpole.exe"), (vectors, "vectors.exe"), (policy, "policy_vectors.exe"),
+                            (scenarios, "scenarios.exe")):
             _mcs(BUILD / exe, [source], f"-r:{BUILD / 'Rlinks.dll'}")
         _mcs(BUILD / "cartpole_agent.exe", [agent, sample], f"-r:{BUILD / 'Rlinks.dll'}", "-main:AgentProgram")
         stamp.write_text(digest.hexdigest())
@@ -294,6 +295,77 @@ def test_ml_agents_style_agents_join_act_and_take_over(csharp):
     assert summary["steps"] >= 590 and summary["takeover_steps"] > 0 and summary["steps_acked"] == summary["steps_sent"] > 0
     marked = [c for c in learner.chunks if "rlinks_takeover" in (c.get("extra_model_outputs") or {})]
     assert marked and len({c["id_"] for c in learner.batches[0] if c["t_started"] == 0}) >= 3
+
+
+def scenario(build: Path, address: str, name: str, *mode: str) -> tuple[list[str], list[str]]:
+    """``Tests~/Scenarios.cs``: a short EnvClient script; its refused calls' messages and its other lines."""
+    result = subprocess.run(["mono", str(build / "scenarios.exe"), address, name, *mode], capture_output=True, text=True,
+                            timeout=60)
+    lines = result.stdout.splitlines()
+    assert result.returncode in (0, 3), result.stdout + result.stderr
+    return [line[len("error: "):] for line in lines if line.startswith("error: ")], lines
+
+
+def test_calls_out_of_order_are_refused_saying_what_to_do(csharp):
+    with ScriptedRunner() as server:
+        refusals, lines = scenario(csharp, server.address, "misuse")
+    assert lines[-1] == "done", lines
+    assert refusals == [
+        "env 0 reported without an action: call Act() first",
+        "env 0 acted and its outcome was not reported: call Report() before Act() again",
+        "env 0: the reward NaN is not finite",
+        "env 0: 3 floats, but the runner's observations have 4",
+        "env 0: Act() was given another observation than its last Report() gave (call StartEpisode() for a new episode)",
+        "Act: 2 envs and 1 observations",
+    ]
+    assert server.batch_messages() == []
+
+
+TAKEN_REFUSALS = ["action 2 is not in 0..1", "a Box action for the Discrete space Discrete(2)"]
+
+
+def test_log_action_take_over_and_an_untrained_episode_local(csharp):
+    """The simulator's own actions go with the policy's log-probability of them (as NumpyPolicy computes it),
+    the take-over is marked, and the episode not trained on is never sent."""
+    from client_peers import PARAMS, check_chunk
+    from rlinks_rllib.client import NumpyPolicy
+
+    with ScriptedRunner(extensions=("want_steps", "ack", "takeover")) as server:
+        refusals, lines = scenario(csharp, server.address, "taken")
+    assert refusals == TAKEN_REFUSALS and lines[-1] == "done", lines
+    assert "episodes=2 takeover_steps=1" in lines
+    [(_, message)] = server.batch_messages()
+    first, second = (check_chunk(state) for state in message["episodes"])  # env 1's steps are not there
+    assert first["is_terminated"] and first["actions"]["data"][:2].tolist() == [1, 0] and second["t_started"] == 0
+    extra = first["extra_model_outputs"]
+    assert extra["rlinks_takeover"]["data"].tolist() == [False, True, False]
+    assert "rlinks_takeover" not in second["extra_model_outputs"]
+    expected = NumpyPolicy(PARAMS, {"kind": "discrete", "n": 2}).outputs_for(first["observations"]["data"][:2], np.array([1, 0]))
+    np.testing.assert_allclose(extra["action_dist_inputs"]["data"][:2], expected.action_dist_inputs, rtol=1e-5)
+    np.testing.assert_allclose(extra["action_logp"]["data"][:2], expected.action_logp, rtol=1e-5, atol=1e-6)
+
+
+def test_take_over_needs_a_runner_that_keeps_it_out_of_on_policy_updates(csharp):
+    with ScriptedRunner() as server:  # want_steps and ack only
+        _, lines = scenario(csharp, server.address, "taken")
+    assert lines[-1].startswith("not agreed: ") and "did not agree to takeover" in lines[-1], lines
+    assert server.batch_messages() == []
+
+
+def test_served_log_action_take_over_and_untrained_episodes_go_as_their_columns(csharp):
+    with ServedPeer(extensions=("served_actions", "served_taken", "takeover", "want_steps", "ack")) as peer:
+        refusals, lines = scenario(csharp, peer.address, "taken", "served")
+    assert refusals == TAKEN_REFUSALS and lines[-1] == "done", lines
+    assert "episodes=2 takeover_steps=1" in lines
+    assert peer.errors == [] and peer.violations == []
+    acts = [rows for _, rows in peer.acts]
+    assert acts[0].env == [1] and acts[0].start.tolist() == [True] and acts[0].train.tolist() == [False]
+    assert acts[1].env == [0] and acts[1].taken_mask.tolist() == [True] and np.asarray(acts[1].taken).tolist() == [1]
+    assert acts[2].env == [1] and acts[2].train.tolist() == [False]
+    assert acts[3].env == [1, 0] and acts[3].terminated.tolist() == [True, False]
+    assert acts[3].takeover.tolist() == [False, True] and np.asarray(acts[3].taken).tolist() == [0, 0]
+    assert acts[4].env == [0] and acts[4].taken_mask is None and acts[4].takeover is None
+    assert acts[-1].terminated.tolist() == [True]  # Close() sends the last ending row
 
 
 # ----------------------------------------------------------------------

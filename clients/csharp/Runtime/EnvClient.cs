@@ -312,7 +312,11 @@ namespace Rlinks
 
         EnvAction[] DecideServed(int[] envs, float[][] obs, EnvAction[] own, bool takeOver)
         {
-            if (own != null) client.RequireServed(true, takeOver);
+            if (own != null)
+            {
+                foreach (EnvAction action in own) Sampling.Check(action, config.ActionSpace);
+                client.RequireServed(true, takeOver);
+            }
             var rows = new List<ActRow>(endingRows);
             for (int i = 0; i < envs.Length; i++)
             {

@@ -5,6 +5,7 @@
 // unsquashed from [-1, 1] to the bounds (RLlib's normalize_actions) and
 // clipped. A simulator's own Box action goes the other way (LogAction).
 using System;
+using System.Linq;
 
 namespace Rlinks
 {
@@ -148,17 +149,26 @@ namespace Rlinks
             return r;
         }
 
-        /// <summary>The recorded form of an action the simulator chose itself, and the policy's log-probability of it.</summary>
-        /// <exception cref="UsageException">not an action of the space</exception>
-        public static Choice Logged(float[] distInputs, ActionSpace space, EnvAction action, bool normalize = true)
+        /// <summary>Whether <paramref name="action"/> is one of <paramref name="space"/>.</summary>
+        /// <exception cref="UsageException">it is not (the message says why)</exception>
+        public static void Check(EnvAction action, ActionSpace space)
         {
             if (space.IsDiscrete)
             {
                 if (!action.IsDiscrete) throw new UsageException("a Box action for the Discrete space " + space);
-                return new Choice { Index = action.Index, Applied = action, Logp = CategoricalLogp(distInputs, action.Index) };
+                if (action.Index < 0 || action.Index >= space.N) throw new UsageException("action " + action.Index + " is not in 0.." + (space.N - 1));
+                return;
             }
-            if (action.IsDiscrete || action.Box.Length != space.Size)
-                throw new UsageException("the action " + action + " is not one of " + space + " (" + space.Size + " values)");
+            if (action.IsDiscrete || action.Box.Length != space.Size || action.Box.Any(float.IsNaN))
+                throw new UsageException("the action " + action + " is not one of " + space + " (" + space.Size + " values, no NaN)");
+        }
+
+        /// <summary>The recorded form of an action the simulator chose itself, and the policy's log-probability of it.</summary>
+        /// <exception cref="UsageException">not an action of the space</exception>
+        public static Choice Logged(float[] distInputs, ActionSpace space, EnvAction action, bool normalize = true)
+        {
+            Check(action, space);
+            if (space.IsDiscrete) return new Choice { Index = action.Index, Applied = action, Logp = CategoricalLogp(distInputs, action.Index) };
             float[] recorded = Recorded(action.Box, space, normalize);
             var applied = new float[action.Box.Length];
             for (int i = 0; i < applied.Length; i++) applied[i] = Math.Min(Math.Max(action.Box[i], space.Low[i]), space.High[i]);
