@@ -23,6 +23,7 @@ from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .files import write_json_whole
 from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
 from .report import format_return, format_row, plot_curve, row_from_result, write_csv
+from .tensorboard import TensorBoardLog
 from .timings import IterationTimes
 
 __all__ = ["LearnerOptions", "run_learner", "announce_runners", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
@@ -491,6 +492,7 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
     times = IterationTimes()
     wait_for_simulators = not is_offline(algo.config) and counts_results_as_fragments(algo.config)
     runners: list = []  # as the runners answered after the last iteration
+    board = TensorBoardLog(output, print_fn)  # event files beside progress.csv: tensorboard --logdir OUTPUT
     for iteration in range(1, stop_iters + 1):
         if (wait_for_simulators and _simulators_silent(runners)
                 and not _wait_for_simulators(algo, directory, terminated, print_fn)):
@@ -510,9 +512,11 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
                               times=times.update(result))
         rows.append(row)
         print_fn(format_row(row, stop_reward))
+        board.add(result, row)
         write_csv(rows, output / "progress.csv")
         if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:
             algo.save_to_path(str(output / "checkpoint"))
         if terminated.is_set() or (stop_reward is not None and row["episode_return_mean"] >= stop_reward):
             break
+    board.close()
     return rows
