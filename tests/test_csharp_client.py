@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from client_peers import UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, directory_of, rows_of, summary_of
-from peers import CLOSE, free_port
+from peers import CLOSE, HANDLED, free_port
 from system_packages import require_debian_packages
 from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.protocol.extensions import Extension
@@ -402,6 +402,58 @@ def test_an_acknowledged_on_policy_batch_is_never_sent_again(csharp):
     batches = server.batch_messages()
     assert [(conn, m.get("seq")) for conn, m in batches][:3] == [(0, 1), (0, 2), (1, None)]
     assert batches[2][1]["episodes"] == [] and batches[2][1]["type"] == "EPISODES_AND_GET_STATE"
+
+
+def test_off_policy_batches_go_without_waiting_for_weights(csharp):
+    from client_peers import CONFIG
+
+    off_policy = dict(CONFIG, on_policy=False, algorithm="APPO")
+    with ScriptedRunner(config=off_policy) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", "1000", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert "off-policy batches" in result.stderr and "EPISODES_AND_GET_STATE" not in server.types()
+    assert [m["timesteps"] for _, m in server.batch_messages()] == [64] * 15 + [40]  # the rest when closing
+    summary = summary_of(result.stdout)
+    assert summary["steps_acked"] == summary["steps_sent"] == 1000
+
+
+def test_a_server_error_is_reported_with_its_code(csharp):
+    def refuse_the_batch(server, conn, message):
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            conn.send({"type": "ERROR", "code": "bad_episode", "message": "rewards: NaN"})
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=refuse_the_batch) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 1 and "bad_episode: rewards: NaN" in result.stderr, result.stderr
+
+
+def test_the_learner_shutting_down_ends_the_run(csharp):
+    """shutting_down, then every reconnection refused the same way: the learner's end, not a failure to connect."""
+    def stopped_for_good(server, conn, message):
+        if conn.index > 0 or message.get("seq") == 2:
+            conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is stopping"})
+            return CLOSE
+        return None
+
+    with ScriptedRunner(on_message=stopped_for_good) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", "1000", "--retry-attempts", "2")
+    assert result.returncode == 0, result.stderr
+    assert "the learner stopped" in result.stderr and server.connections == 3  # the first, then 2 attempts
+    assert summary_of(result.stdout)["steps"] == 2 * UPDATE_STEPS
+
+
+def test_a_reply_out_of_turn_is_unexpected_message(csharp):
+    def pong_instead_of_weights(server, conn, message):
+        if message["type"] == "GET_STATE":
+            conn.send({"type": "PONG"})
+            return HANDLED
+        return None
+
+    with ScriptedRunner(on_message=pong_instead_of_weights) as server:
+        result = cartpole(csharp, "--address", server.address, "--max-steps", "100")
+    assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
 
 
 def test_served_actions_rows_are_those_of_section_10_5(csharp):

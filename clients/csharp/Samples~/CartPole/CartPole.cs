@@ -109,7 +109,8 @@ static class Program
         catch (TrainingEndedException e) { Console.Error.WriteLine("the learner stopped: " + e.Message); }
         catch (ClientClosedException) { Console.Error.WriteLine("stopped"); }
         catch (NotAgreedException e) { Console.Error.WriteLine(e.Message); exitCode = 3; }
-        catch (RlinksException e) { Console.Error.WriteLine("error: " + e.GetType().Name + ": " + e.Message); exitCode = 1; }
+        catch (ProtocolException e) { Console.Error.WriteLine("error: protocol error (" + e.Code + "): " + e.Message); exitCode = 1; }
+        catch (RlinksException e) { Console.Error.WriteLine("error: " + e.Message); exitCode = 1; }
         finally { client.Connection.Close(); }
         EnvClientStats s = client.Stats;
         Console.WriteLine(string.Format(System.Globalization.CultureInfo.InvariantCulture,
