@@ -442,19 +442,21 @@ namespace Rlinks
         {
             string lastError = "";
             Address lost = usesDirectory && Address.ToString() != given.ToString() ? Address : null;
-            // A learner that is not up yet is waited for on the first connection (ConnectWait).
-            DateTime waitEnds = handshaken ? DateTime.MinValue : DateTime.UtcNow + Options.ConnectWait;
+            // A client that never reached its learner waits for one that is not up yet (ConnectWait): refused,
+            // or a directory with no runner yet. Not after a shutting_down: that learner was up.
+            bool first = !handshaken, waiting = false;
+            DateTime waitEnds = DateTime.UtcNow + Options.ConnectWait;
             int attempt = 0;
-            for (; attempt < Options.RetryAttempts || (DateTime.UtcNow < waitEnds && refusedLast); attempt++)
+            for (; attempt < Options.RetryAttempts || (waiting && until == null && DateTime.UtcNow < waitEnds); attempt++)
             {
-                if (attempt > 0) SleepBackoff(Math.Min(attempt - 1, Options.RetryAttempts), until ?? (attempt >= Options.RetryAttempts ? waitEnds : (DateTime?)null));
+                // Past RetryAttempts only the wait keeps us here: one last try at its end.
+                if (attempt > 0) SleepBackoff(attempt - 1, until ?? (attempt >= Options.RetryAttempts ? waitEnds : (DateTime?)null));
                 if (until.HasValue && attempt > 0 && DateTime.UtcNow >= until.Value)
                 {
                     lastError = "the learner did not come back within " + Options.ShutdownGrace.TotalSeconds + " s of its shutting_down (" + lastError + ")";
                     break;
                 }
                 if (usesDirectory) Address = given;
-                refusedLast = false;
                 try
                 {
                     Open();
@@ -469,7 +471,12 @@ namespace Rlinks
                 {
                     if (stopped) throw new ClientClosedException("stopped");
                     lastError = error.Message;
-                    refusedLast = error is ConnectionLostException;
+                    if (first && !waiting && until == null && Options.ConnectWait > TimeSpan.Zero && error is ConnectionLostException)
+                    {
+                        waiting = true;
+                        Warn("waiting up to " + Options.ConnectWait.TotalSeconds + " s for the learner at " + given + " to listen (ConnectWait, $"
+                             + ClientOptions.ConnectWaitVariable + "): " + lastError);
+                    }
                 }
                 catch (Exception)
                 {
@@ -479,11 +486,9 @@ namespace Rlinks
                 }
                 Discard();
             }
-            string waited = !handshaken && Options.ConnectWait > TimeSpan.Zero ? " (waited up to " + Options.ConnectWait.TotalSeconds + " s for it to start)" : "";
-            throw new ConnectFailedException("could not connect to " + Address + " after " + attempt + " attempt(s)" + waited + ": " + lastError + "; is the learner running and is the port right?");
+            throw new ConnectFailedException("could not connect to " + Address + " after " + attempt + " attempt(s)" + (waiting ? " and the connect wait" : "")
+                + ": " + lastError + "; is the learner running and is the port right?");
         }
-
-        bool refusedLast = true;
 
         void Open()
         {
