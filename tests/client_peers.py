@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from peers import HANDLED, RLinkTestServer
+from peers import CLOSE, HANDLED, RLinkTestServer
 from rlinks_rllib.protocol.config import build_config
 from rlinks_rllib.protocol.connection import (
     ActReceived,
@@ -333,5 +333,45 @@ def weights_before_ack(server, conn, message):
         server.weights_seq_no += 1
         conn.send(server.set_state(frozenset({"want_steps"})))
         conn.send({"type": "ACK", "seq": message["seq"]})
+        return HANDLED
+    return None
+
+
+# ScriptedRunner answers (on_message hooks) that every client's tests drive the same way.
+
+
+def drop_before_acking_seq_2(server, conn, message):
+    """Close the first connection on batch 2, unconfirmed: a reliable client must send seq 2 again."""
+    return CLOSE if message.get("seq") == 2 and conn.index == 0 else None
+
+
+def ack_seq_2_then_drop(server, conn, message):
+    """Confirm batch 2 on the first connection, then close before its weights: it must never be sent again."""
+    if message.get("seq") == 2 and conn.index == 0:
+        conn.send({"type": "ACK", "seq": 2})
+        return CLOSE
+    return None
+
+
+def shutting_down_for_good(server, conn, message):
+    """``ERROR shutting_down`` at batch 2, and to every later connection: the learner's end."""
+    if conn.index > 0 or message.get("seq") == 2:
+        conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is stopping"})
+        return CLOSE
+    return None
+
+
+def refuse_batches_as_bad_episode(server, conn, message):
+    """``ERROR bad_episode`` for an on-policy batch."""
+    if message["type"] == "EPISODES_AND_GET_STATE":
+        conn.send({"type": "ERROR", "code": "bad_episode", "message": "rewards: NaN"})
+        return CLOSE
+    return None
+
+
+def pong_instead_of_weights(server, conn, message):
+    """A reply out of turn: ``PONG`` for a ``GET_STATE``."""
+    if message["type"] == "GET_STATE":
+        conn.send({"type": "PONG"})
         return HANDLED
     return None

@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_peers import UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, directory_of, rows_of, summary_of
-from peers import CLOSE, HANDLED, free_port
+from client_peers import (UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, ack_seq_2_then_drop, directory_of,
+                          drop_before_acking_seq_2, pong_instead_of_weights, refuse_batches_as_bad_episode, rows_of,
+                          shutting_down_for_good, summary_of)
+from peers import free_port
 from system_packages import require_debian_packages
 from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.protocol.extensions import Extension
@@ -373,11 +375,6 @@ def test_served_log_action_take_over_and_untrained_episodes_go_as_their_columns(
 
 
 def test_a_dropped_connection_resends_the_unacknowledged_batch(csharp):
-    def drop_before_acking_seq_2(server, conn, message):
-        if message.get("seq") == 2 and conn.index == 0:
-            return CLOSE  # no ACK: the client must send seq 2 again
-        return None
-
     with ScriptedRunner(on_message=drop_before_acking_seq_2) as server:
         result = cartpole(csharp, "--address", server.address, "--max-steps", str(4 * UPDATE_STEPS))
     assert result.returncode == 0, result.stderr
@@ -390,12 +387,6 @@ def test_a_dropped_connection_resends_the_unacknowledged_batch(csharp):
 
 
 def test_an_acknowledged_on_policy_batch_is_never_sent_again(csharp):
-    def ack_seq_2_then_drop(server, conn, message):
-        if message.get("seq") == 2 and conn.index == 0:
-            conn.send({"type": "ACK", "seq": 2})
-            return CLOSE  # RLlib has the batch, but the weights never came
-        return None
-
     with ScriptedRunner(on_message=ack_seq_2_then_drop) as server:
         result = cartpole(csharp, "--address", server.address, "--max-steps", str(3 * UPDATE_STEPS))
     assert result.returncode == 0, result.stderr
@@ -418,26 +409,14 @@ def test_off_policy_batches_go_without_waiting_for_weights(csharp):
 
 
 def test_a_server_error_is_reported_with_its_code(csharp):
-    def refuse_the_batch(server, conn, message):
-        if message["type"] == "EPISODES_AND_GET_STATE":
-            conn.send({"type": "ERROR", "code": "bad_episode", "message": "rewards: NaN"})
-            return CLOSE
-        return None
-
-    with ScriptedRunner(on_message=refuse_the_batch) as server:
+    with ScriptedRunner(on_message=refuse_batches_as_bad_episode) as server:
         result = cartpole(csharp, "--address", server.address, "--max-steps", "100")
     assert result.returncode == 1 and "bad_episode: rewards: NaN" in result.stderr, result.stderr
 
 
 def test_the_learner_shutting_down_ends_the_run(csharp):
     """shutting_down, then every reconnection refused the same way: the learner's end, not a failure to connect."""
-    def stopped_for_good(server, conn, message):
-        if conn.index > 0 or message.get("seq") == 2:
-            conn.send({"type": "ERROR", "code": "shutting_down", "message": "the learner is stopping"})
-            return CLOSE
-        return None
-
-    with ScriptedRunner(on_message=stopped_for_good) as server:
+    with ScriptedRunner(on_message=shutting_down_for_good) as server:
         result = cartpole(csharp, "--address", server.address, "--max-steps", "1000", "--retry-attempts", "2")
     assert result.returncode == 0, result.stderr
     assert "the learner stopped" in result.stderr and server.connections == 3  # the first, then 2 attempts
@@ -445,12 +424,6 @@ def test_the_learner_shutting_down_ends_the_run(csharp):
 
 
 def test_a_reply_out_of_turn_is_unexpected_message(csharp):
-    def pong_instead_of_weights(server, conn, message):
-        if message["type"] == "GET_STATE":
-            conn.send({"type": "PONG"})
-            return HANDLED
-        return None
-
     with ScriptedRunner(on_message=pong_instead_of_weights) as server:
         result = cartpole(csharp, "--address", server.address, "--max-steps", "100")
     assert result.returncode == 1 and "unexpected_message" in result.stderr, result.stderr
