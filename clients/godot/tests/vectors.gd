@@ -6,15 +6,14 @@
 #   godot3-server --no-window --path clients/godot -s res://tests/vectors.gd --vectors=DIR --out=FILE
 extends SceneTree
 
+const Support = preload("res://tests/support.gd")
+
 const Framing = preload("res://addons/rlinks/framing.gd")
 const Codec = preload("res://addons/rlinks/codec.gd")
 
 
 func _init():
-	var args := {}
-	for arg in OS.get_cmdline_args():
-		if arg.begins_with("--") and "=" in arg:
-			args[arg.substr(2, arg.find("=") - 2)] = arg.substr(arg.find("=") + 1)
+	var args := Support.args()
 	var results := {}
 	var dir := Directory.new()
 	if dir.open(args["vectors"]) != OK:
@@ -28,10 +27,7 @@ func _init():
 			var stem := name.get_basename()
 			results[stem] = _replay_vector(args["vectors"].plus_file(stem))
 		name = dir.get_next()
-	var out := File.new()
-	out.open(args["out"], File.WRITE)
-	out.store_string(JSON.print(results))
-	out.close()
+	Support.write_json(args["out"], results)
 	quit(0)
 
 

@@ -37,6 +37,8 @@ func _init() -> void:
 
 func load(params: Dictionary, action_space: Dictionary, fcnet_activation: String, head_fcnet_activation: String) -> String:
 	"""Read the network from a weight set's rl_module map; "" when it is one, else why not."""
+	log_std_clip = null
+	free_log_std = null
 	if params.has("default_policy") and typeof(params.default_policy) == TYPE_DICTIONARY:
 		params = params.default_policy
 	for name in [fcnet_activation, head_fcnet_activation]:
@@ -64,8 +66,9 @@ func load(params: Dictionary, action_space: Dictionary, fcnet_activation: String
 	var out: int = pi[-1]["out"]
 	if discrete:
 		action_size = int(action_space.get("n", 0))
-		if out != action_size:
-			return "a pi head with %d outputs does not fit Discrete(%d)" % [out, action_size]
+		if out != action_size or params.has("pi.log_std"):
+			return "a pi head with %d outputs%s does not fit Discrete(%d)" \
+					% [out, " and a free log-std" if params.has("pi.log_std") else "", action_size]
 		return ""
 	action_size = 1
 	for dim in action_space.get("shape", []):
@@ -118,28 +121,41 @@ func dist_inputs(obs: Array) -> Array:
 
 func sample(inputs: Array) -> Dictionary:
 	"""Draw an action from the distribution: {"action": int or Array (as recorded), "logp": float}."""
+	var action
 	if discrete:
 		var top: float = inputs.max()
 		var total := 0.0
 		for v in inputs:
 			total += exp(v - top)
 		var u := _rng.randf() * total
-		var chosen := inputs.size() - 1
+		action = inputs.size() - 1
 		var cumulative := 0.0
 		for i in inputs.size():
 			cumulative += exp(inputs[i] - top)
 			if u < cumulative:
-				chosen = i
+				action = i
 				break
-		return {"action": chosen, "logp": inputs[chosen] - top - log(total)}
-	var action := []
-	var logp := 0.0
+	else:
+		action = []
+		for i in action_size:
+			action.append(inputs[i] + exp(inputs[action_size + i]) * _rng.randfn())
+	return {"action": action, "logp": logp(inputs, action)}
+
+
+func logp(inputs: Array, action) -> float:
+	"""The log-probability of `action` (an int, or a Box row before for_env) under the distribution `inputs`."""
+	if discrete:
+		var top: float = inputs.max()
+		var total := 0.0
+		for v in inputs:
+			total += exp(v - top)
+		return inputs[action] - top - log(total)
+	var out := 0.0
 	for i in action_size:
 		var log_std: float = inputs[action_size + i]
-		var z := _rng.randfn()
-		action.append(inputs[i] + exp(log_std) * z)
-		logp += -0.5 * z * z - log_std - HALF_LOG_2PI
-	return {"action": action, "logp": logp}
+		var z: float = (action[i] - inputs[i]) / exp(log_std)
+		out += -0.5 * z * z - log_std - HALF_LOG_2PI
+	return out
 
 
 func _run(layers: Array, x: Array) -> Array:

@@ -1,0 +1,243 @@
+"""The Godot addon (``clients/godot/``): GDScript run by the real engine, headless.
+
+The engine is Debian's ``godot3-server`` (Godot 3.2.3), installed with apt
+where the suite runs as root (``tests/system_packages.py``), else skipped
+with a loud line. Two GDScript test scripts hold the addon to the shared
+vectors: ``tests/vectors.gd`` replays every frame vector through its framing,
+codec and message checks (in one piece, byte by byte and in pieces of 7) and
+re-encodes what it decoded, and ``tests/policy.gd`` runs its MLP on the
+policy vectors. Then the demo game (``clients/godot/demo``: balls that chase
+targets, on Godot's physics) trains through a real ``rlinks learner``: four
+agents in one game with served actions to its config's target, and two game
+instances on one runner, one served and one running RLlib's MLP in
+GDScript, both started before the learner is up (``connect_wait``). The two
+training runs start with the session and run beside the other tests
+(``tests/head_start.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from system_packages import require_debian_packages
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "clients" / "godot"
+VECTORS = ROOT / "tests" / "vectors"
+DEMO_CONFIG = ROOT / "configs" / "godot_ball_chase.yaml"
+RLINKS = [sys.executable, "-m", "rlinks_rllib"]
+GODOT_PACKAGE = "godot3-server"
+PURPOSE = "the Godot addon's tests (GDScript in the real engine, headless)"
+#: How long the games wait for the learner they start before.
+CONNECT_WAIT_S = 180
+#: The game's last line but one when it stops on its own: "rlinks: N env steps in S s (X steps/s, MODE inference)".
+STEPS_LINE = re.compile(r"rlinks: (\d+) env steps in ([\d.]+) s \((\d+) steps/s, (\w+) inference\)")
+
+
+def godot_binary() -> str:
+    require_debian_packages(GODOT_PACKAGE, purpose=PURPOSE)
+    found = shutil.which(GODOT_PACKAGE)
+    assert found, f"dpkg says {GODOT_PACKAGE} is installed, but it is not on PATH"
+    return found
+
+
+def godot_command(*args: str) -> list[str]:
+    """The engine, headless, on the addon's project (clients/godot), with ``args``."""
+    return [godot_binary(), "--no-window", "--path", str(PROJECT), *args]
+
+
+def run_gdscript(script: str, *args: str, timeout_s: float = 120) -> None:
+    """Run one of the project's test scripts (``-s res://tests/...``); fails on a non-zero exit or a script error."""
+    done = subprocess.run(godot_command("-s", script, *args), capture_output=True, text=True, timeout=timeout_s)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "SCRIPT ERROR" not in output, output[-3000:]
+
+
+def test_the_codec_replays_every_vector(tmp_path):
+    """Every vector in tests/vectors, in three ways of cutting it: the error code, when it comes, the messages
+    before it; and every valid one (all are canonical) re-encodes from the decoded values to the .bin's bytes."""
+    out = tmp_path / "vectors.json"
+    run_gdscript("res://tests/vectors.gd", f"--vectors={VECTORS}", f"--out={out}")
+    results = json.loads(out.read_text())
+    bins = sorted(p.stem for p in VECTORS.glob("*.bin"))
+    assert sorted(results) == bins
+    for name in bins:
+        spec = json.loads((VECTORS / f"{name}.json").read_text())
+        error = spec["error"]
+        for cut in results[name]["passes"]:
+            assert cut["code"] == (error and error["code"]), (name, cut)
+            assert cut["when"] == (error and error["when"]), (name, cut)
+            assert cut["messages"] == len(spec["messages"]), (name, cut)
+        if spec["canonical"]:
+            assert bytes.fromhex(results[name]["reencoded"]) == (VECTORS / f"{name}.bin").read_bytes(), name
+    print(f"\n{len(bins)} vectors replayed by GDScript in godot3-server")
+
+
+def test_the_gdscript_mlp_matches_the_policy_vectors(tmp_path):
+    """RLlib's default MLP in GDScript: distribution inputs and log-probabilities as the Python client's,
+    and the weight sets that do not fit their action space refused."""
+    out = tmp_path / "policy.json"
+    run_gdscript("res://tests/policy.gd", f"--vectors={VECTORS / 'policy'}", f"--out={out}")
+    got = json.loads(out.read_text())
+    mlp = json.loads((VECTORS / "policy" / "mlp.json").read_text())
+    for case in mlp["cases"]:
+        computed = got["mlp"][case["name"]]
+        assert computed["refused"] == "", (case["name"], computed["refused"])
+        np.testing.assert_allclose(computed["dist_inputs"], case["dist_inputs"], atol=1e-4, err_msg=case["name"])
+    for case in mlp["refused"]:
+        assert got["refused"][case["name"]], f"{case['name']}: accepted"
+    logp = json.loads((VECTORS / "policy" / "logp.json").read_text())
+    assert got["logp"] == pytest.approx([case["logp"] for case in logp["cases"]], abs=1e-4)
+
+
+def test_the_addons_message_types_are_pythons():
+    """messages.gd's tables name every MessageType and nothing else, with RLlib's old API types apart."""
+    from rlinks_rllib.protocol.messages import MessageType
+
+    source = (PROJECT / "addons" / "rlinks" / "messages.gd").read_text()
+    required = source[source.index("const REQUIRED"):source.index("const OPTIONAL")]
+    old_api = source[source.index("const OLD_API_TYPES"):]
+    old_api = old_api[:old_api.index("]")]
+    named = set(re.findall(r'^\s*"([A-Z_]+)": \{', required, re.M)) | set(
+        re.findall(r'"([A-Z_]+)": \{\}', required)) | set(re.findall(r'"([A-Z_]+)"', old_api))
+    assert named == {member.value for member in MessageType}
+
+
+@dataclass
+class GodotRun:
+    """What a training run of the demo left: the learner's log and exit, each game's output and exit."""
+
+    learner_log: str
+    learner_code: int
+    games: list[tuple[int, str]]
+    seconds: float
+
+    @property
+    def reached(self) -> float:
+        found = re.search(r"done: mean return (-?[\d.]+)", self.learner_log)
+        assert found, self.learner_log[-3000:]
+        return float(found.group(1))
+
+    def steps_per_s(self) -> dict[str, int]:
+        """Each game's env steps per second, by inference mode."""
+        return {m.group(4): int(m.group(3)) for _, out in self.games for m in STEPS_LINE.finditer(out)}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen, sig: int) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancelled: threading.Event,
+                   timeout_s: float) -> GodotRun:
+    """The games (godot3-server on the demo, each with its arguments) first, then ``rlinks learner`` on ``config``.
+
+    The games start before the learner listens and wait for it (connect_wait). Waits until the learner
+    stops (its stop rule) within ``timeout_s``, a game fails, or ``cancelled`` is set; then stops whatever
+    still runs (the learner with SIGINT, so it stops Ray itself).
+    """
+    port = _free_port()
+    config_path = tmp_path / "godot.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    outputs = [open(tmp_path / f"game{i}.log", "w+") for i in range(len(games))]
+    # A learner's start (Ray's) can take over a minute while the rest of the suite shares the cores.
+    wait = dict(os.environ, RLINKS_CONNECT_WAIT_S=str(CONNECT_WAIT_S))
+    players = [subprocess.Popen(godot_command(f"--rlinks-address=127.0.0.1:{port}", *args), stdout=out,
+                                stderr=subprocess.STDOUT, env=wait) for args, out in zip(games, outputs)]
+    log = open(tmp_path / "learner.log", "w+")
+    learner = subprocess.Popen([*RLINKS, "learner", "--config", str(config_path), "--port", str(port),
+                                "--output", str(tmp_path / "run")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while learner.poll() is None:
+            for player in players:
+                assert player.poll() in (None, 0), (tmp_path / "game0.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"the learner did not stop within {timeout_s:.0f} s"
+            if cancelled.is_set():
+                raise RuntimeError("the Godot training run was cancelled before its learner stopped")
+            time.sleep(1)
+        for player in players:
+            player.wait(timeout=60)  # the learner said shutting_down: each game quits on its own
+    finally:
+        for player in players:
+            _stop(player, signal.SIGTERM)
+        _stop(learner, signal.SIGINT)
+        for out in [*outputs, log]:
+            out.close()
+    return GodotRun((tmp_path / "learner.log").read_text(), learner.returncode,
+                    [(player.returncode, (tmp_path / f"game{i}.log").read_text()) for i, player in enumerate(players)],
+                    time.monotonic() - started)
+
+
+#: Bound of each run from its start: about a minute alone; the suite's other tests share the two cores.
+RUN_BOUND_S = 420
+
+
+def _four_agents_served(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
+    godot_binary()  # installs it, or skips the test
+    return train_the_demo(tmp_path, yaml.safe_load(DEMO_CONFIG.read_text()), [["--agents=4"]], cancelled,
+                          RUN_BOUND_S - 60)
+
+
+@pytest.mark.slow
+@pytest.mark.head_start(_four_agents_served, bound_s=RUN_BOUND_S)
+def test_the_demo_trains_to_its_target_with_four_agents_in_the_engine(head_start):
+    run = head_start
+    target = yaml.safe_load(DEMO_CONFIG.read_text())["stop"]["reward"]
+    assert run.learner_code == 0 and run.reached >= target, run.learner_log[-3000:]
+    code, out = run.games[0]
+    assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]
+    print(f"\nthe Godot demo reached {run.reached:.1f} (target {target}) in {run.seconds:.0f} s with 4 agents; "
+          f"env steps/s in the engine: {run.steps_per_s()}")
+
+
+#: The second run's target: clearly above a random policy's (about 0.3), reached in about half the first's steps.
+TWO_GAMES_TARGET = 5.0
+
+
+def _two_games_served_and_local(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
+    godot_binary()
+    config = yaml.safe_load(DEMO_CONFIG.read_text())
+    config["stop"]["reward"] = TWO_GAMES_TARGET
+    return train_the_demo(tmp_path, config, [["--agents=2", "--rlinks-inference=served"],
+                                             ["--agents=2", "--rlinks-inference=local"]], cancelled, RUN_BOUND_S - 60)
+
+
+@pytest.mark.slow
+@pytest.mark.head_start(_two_games_served_and_local, bound_s=RUN_BOUND_S)
+def test_two_game_instances_one_served_one_local_train_on_one_runner(head_start):
+    run = head_start
+    assert run.learner_code == 0 and run.reached >= TWO_GAMES_TARGET, run.learner_log[-3000:]
+    assert re.search(r"clients\s+2 ", run.learner_log), run.learner_log[-3000:]
+    for code, out in run.games:
+        assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]
+    assert set(run.steps_per_s()) == {"served", "local"}
+    print(f"\ntwo Godot games on one runner reached {run.reached:.1f} in {run.seconds:.0f} s; "
+          f"env steps/s per game: {run.steps_per_s()}")
