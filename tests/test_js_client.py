@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,9 +41,18 @@ EXAMPLE = PACKAGE / "examples" / "cartpole.mjs"
 NODE_MAJOR = 20
 
 
+#: One ``npm ci`` at a time: a head-start run (test_web_game) may ask for node beside the session's fixture.
+_NPM_CI = threading.Lock()
+
+
 @pytest.fixture(scope="session")
 def node() -> str:
     """``node``, with ``clients/js``'s dependencies installed (``npm ci`` when they are not)."""
+    return node_with_dependencies()
+
+
+def node_with_dependencies() -> str:
+    """:func:`node` for code that is not a test (a head-start run); skips as it does."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the JavaScript client can't run")
@@ -51,13 +61,14 @@ def node() -> str:
         pytest.skip(f"node {version} is older than {NODE_MAJOR}: the JavaScript client needs {NODE_MAJOR} or later")
     installed = [PACKAGE / "node_modules" / name / "package.json" for name in ("typescript", "ws", "onnxruntime-web",
                                                                             "puppeteer-core")]
-    if not all(path.exists() for path in installed):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: the JavaScript client's dependencies can't be installed")
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, f"npm ci failed in clients/js:\n{done.stdout}\n{done.stderr}"
+    with _NPM_CI:
+        if not all(path.exists() for path in installed):
+            npm = shutil.which("npm")
+            if npm is None:
+                pytest.skip("npm is not installed: the JavaScript client's dependencies can't be installed")
+            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0, f"npm ci failed in clients/js:\n{done.stdout}\n{done.stderr}"
     return node
 
 
@@ -779,11 +790,9 @@ def run_graph_in_chromium(node: str, work: Path) -> dict:
     import http.server
     import threading
 
-    from test_web_game import CHROMIUM_NAMES
+    from test_web_game import chromium_path
 
-    chromium = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
-    if chromium is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium): the graph can't be run in a browser")
+    chromium = chromium_path("a policy graph run in headless Chromium")
     (work / "js").symlink_to(PACKAGE)
     (work / "index.html").write_text(GRAPH_PAGE)
     handler = functools.partial(type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),
