@@ -370,6 +370,79 @@ def test_served_log_action_take_over_and_untrained_episodes_go_as_their_columns(
     assert acts[-1].terminated.tolist() == [True]  # Close() sends the last ending row
 
 
+_rng = np.random.default_rng(5)
+#: Two modules of RLlib's default MLP: movers (2 observations, 3 actions) and turners (3 observations, 2 actions).
+MODULE_PARAMS = {
+    name: {"encoder.actor_encoder.net.mlp.0.weight": _rng.standard_normal((8, size)).astype(np.float32),
+           "encoder.actor_encoder.net.mlp.0.bias": np.zeros(8, np.float32),
+           "pi.net.mlp.0.weight": _rng.standard_normal((actions, 8)).astype(np.float32),
+           "pi.net.mlp.0.bias": np.zeros(actions, np.float32),
+           "pi.log_std_clip_param_const": np.array([20.0], np.float32)}
+    for name, size, actions in (("mover", 2, 3), ("turner", 3, 2))
+}
+
+
+def _multi_agent_config(mapping) -> dict:
+    from client_peers import CONFIG
+
+    def box(size):
+        return {"kind": "box", "shape": [size], "dtype": "<f4", "low": np.float32(-5), "high": np.float32(5)}
+
+    modules = {"mover": {"observation_space": box(2), "action_space": {"kind": "discrete", "n": 3, "start": 0}, "trained": True},
+               "turner": {"observation_space": box(3), "action_space": {"kind": "discrete", "n": 2, "start": 0}, "trained": True}}
+    return dict(CONFIG, observation_space=box(2), action_space=modules["mover"]["action_space"],
+                multi_agent={"modules": modules, "agent_mapping": mapping, "count_steps_by": "env_steps"})
+
+
+class MultiAgentRunner(ScriptedRunner):
+    """A scripted runner of two modules; without a mapping table it answers GET_MODULES by the agent's prefix."""
+
+    def __init__(self, mapping) -> None:
+        super().__init__(config=_multi_agent_config(mapping), extensions=("want_steps", "ack", "multi_agent"),
+                         on_message=self._modules)
+
+    @staticmethod
+    def _modules(server, conn, message):
+        if message["type"] != "GET_MODULES":
+            return None
+        conn.send({"type": "MODULES", "modules": {a: "mover" if a.startswith("mover") else "turner" for a in message["agents"]}})
+        return HANDLED
+
+    def set_state(self, agreed: frozenset[str]) -> dict:
+        message = {"type": "SET_STATE", "state": {"rl_module": MODULE_PARAMS, "weights_seq_no": self.weights_seq_no}}
+        if "want_steps" in agreed:
+            message["want_steps"] = self.want_steps
+        return message
+
+
+@pytest.mark.parametrize("mapping", [[["mover_*", "mover"], ["turn_?", "turner"]], None], ids=["table", "get_modules"])
+def test_many_agents_two_modules_join_leave_and_take_turns(csharp, mapping):
+    """Multi-agent chunks (PROTOCOL.md 7.6) that rlinks' own check takes: each agent's complete steps under its
+    module, the ticks of its observations, a mover joining, one leaving, turners acting every other tick."""
+    from rlinks_rllib.protocol.multi_agent import check_multi_agent_state
+
+    with MultiAgentRunner(mapping) as server:
+        refusals, lines = scenario(csharp, server.address, "multi")
+    assert lines[0] == "multi-agent: True" and lines[-1] == "done", lines
+    assert refusals == [f"127.0.0.1:{server.port} serves several modules (multi_agent): use ActAgents and ReportAgents"]
+    assert ("GET_MODULES" in server.types()) == (mapping is None)
+    [(_, message)] = server.batch_messages()
+    rules = {"mover": dict(obs_shape=(2,), obs_dtype=np.dtype(np.float32), num_actions=3),
+             "turner": dict(obs_shape=(3,), obs_dtype=np.dtype(np.float32), num_actions=2)}
+    chunks = [check_multi_agent_state(state, lambda agent, claimed: (claimed, rules[claimed])) for state in message["episodes"]]
+    assert message["timesteps"] == sum(c.env_steps for c in chunks) >= UPDATE_STEPS
+    first = chunks[0]
+    assert (first.env_t_started, first.env_t) == (0, 5) and first.is_truncated
+    ticks = {a.agent_id: a.env_t.tolist() for a in first.agents}
+    # turn_b's last action got no observation before "__all__": its step ends on the last one it saw.
+    assert ticks == {"mover_0": [0, 1, 2, 3], "turn_a": [0, 2, 4, 5], "turn_b": [1, 3, 5], "mover_1": [2, 3, 4, 5]}, ticks
+    agents = {a.agent_id: a for a in first.agents}
+    assert agents["mover_0"].state["is_terminated"] and agents["turn_a"].state["rewards"]["data"].tolist() == [0.75, 1.0, 0.0]
+    assert {a.module_id for a in first.agents} == {"mover", "turner"}
+    last = chunks[-1]  # 64 ticks: 12 episodes of 5, then the 13th cut after 4 ticks, to go on in the next batch
+    assert (last.env_t - last.env_t_started, last.is_terminated, last.is_truncated) == (4, False, False)
+
+
 # ----------------------------------------------------------------------
 # Against scripted peers
 

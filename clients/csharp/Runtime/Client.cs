@@ -81,6 +81,7 @@ namespace Rlinks
         static readonly string[] Known =
         {
             Extension.WantSteps, Extension.Ack, Extension.Endpoints, Extension.ServedActions, Extension.ServedTaken, Extension.Takeover,
+            Extension.MultiAgent,
         };
 
         sealed class Batch
@@ -328,6 +329,29 @@ namespace Rlinks
                 plan.Rows.Add(start == row.Start ? row : row.With(start));
             }
             return plan;
+        }
+
+        /// <summary>The runner's modules for <paramref name="agents"/> (multi_agent without a mapping table, PROTOCOL.md 10.6).</summary>
+        /// <exception cref="ServerErrorException">bad_episode: an agent the runner's mapping does not know</exception>
+        public Dictionary<string, string> GetModules(IList<string> agents)
+        {
+            var list = new List<object>(agents);
+            MsgMap reply = Call("GetModules", () =>
+            {
+                Drain();
+                if (!agreed.Contains(Extension.MultiAgent)) throw new NotAgreedException(Address + " did not agree to multi_agent: it serves one module");
+                SendMessage(Messages.Make(MessageType.GetModules, "agents", list), "GET_MODULES");
+                return Await(MessageType.Modules, "MODULES (after GET_MODULES)");
+            });
+            var r = new Dictionary<string, string>();
+            foreach (var e in ((MsgMap)reply.Get("modules")).Entries)
+            {
+                if (!(e.Key is string) || !(e.Value is string)) throw new InvalidMessageException("MODULES: agent ids and module ids must be strs");
+                r[(string)e.Key] = (string)e.Value;
+            }
+            foreach (string agent in agents)
+                if (!r.ContainsKey(agent)) throw new InvalidMessageException("MODULES: no module for agent '" + agent + "'");
+            return r;
         }
 
         /// <summary>Waits until every batch sent is confirmed (nothing to do without ack).</summary>
@@ -665,9 +689,12 @@ namespace Rlinks
         WeightsUpdate Update(MsgMap setState)
         {
             object want = setState.Get("want_steps");
+            var state = (MsgMap)setState.Get("state");
+            bool multi = agreed.Contains(Extension.MultiAgent);
             return new WeightsUpdate
             {
-                Weights = WeightSet.Read((MsgMap)setState.Get("state")),
+                Weights = multi ? null : WeightSet.Read(state),
+                Modules = multi ? WeightSet.ReadModules(state) : null,
                 WantSteps = agreed.Contains(Extension.WantSteps) && want is long ? (long?)(long)want : null,
             };
         }

@@ -49,6 +49,12 @@ namespace Rlinks
         readonly Random random;
         RunnerConfig config;
         Mlp policy;
+        // multi_agent: a policy per module, the episode builder, who acts with which module, actions awaiting their report.
+        Dictionary<string, Mlp> modulePolicies;
+        MultiAgentEpisodeBuilder multi;
+        readonly Dictionary<string, string> modulesAsked = new Dictionary<string, string>();
+        bool multiActed;
+        double multiReturn;
         long weightsSeqNo;
         long wantSteps;
         int batchesSinceWeights;
@@ -70,7 +76,7 @@ namespace Rlinks
         {
             this.options = options ?? new EnvClientOptions();
             var extensions = this.options.Connection.Extensions;
-            foreach (string name in new[] { Extension.ServedActions, Extension.ServedTaken, Extension.Takeover })
+            foreach (string name in new[] { Extension.ServedActions, Extension.ServedTaken, Extension.Takeover, Extension.MultiAgent })
                 if (!extensions.Contains(name)) extensions.Add(name);
             client = new Client(address, this.options.Connection);
             random = this.options.Seed.HasValue ? new Random(this.options.Seed.Value) : new Random();
@@ -104,6 +110,16 @@ namespace Rlinks
             if (config == null)
                 throw new UsageException(client.Address + " describes itself only as RLlib's pickle (RLlib's own server); this client needs rlinks' runner");
             served = options.Inference == Inference.Served;
+            if (config.MultiAgent != null && client.Agreed(Extension.MultiAgent))
+            {
+                // Served actions are single-agent only (PROTOCOL.md 10.6): every module runs here.
+                if (served) throw new NotAgreedException(client.Address + " serves several modules: served actions are single-agent only; run the policies here");
+                multi = new MultiAgentEpisodeBuilder(ModuleOf, m => config.MultiAgent.Modules[m], config.MultiAgent.CountStepsBy);
+                Apply(client.GetState());
+                wantSteps = config.RolloutFragmentLength;
+                connected = true;
+                return;
+            }
             if (!served)
             {
                 WeightsUpdate update = client.GetState();
@@ -121,6 +137,22 @@ namespace Rlinks
 
         void Apply(WeightsUpdate update)
         {
+            if (update.Modules != null)
+            {
+                long seqNo = update.Modules.Values.Select(w => w.SeqNo).DefaultIfEmpty(0).Max();
+                if (seqNo != 0 && seqNo < weightsSeqNo) return;
+                var policies = new Dictionary<string, Mlp>();
+                foreach (var e in config.MultiAgent.Modules)
+                {
+                    WeightSet w;
+                    if (!update.Modules.TryGetValue(e.Key, out w)) throw new InvalidMessageException("SET_STATE: no weights for module '" + e.Key + "'");
+                    policies[e.Key] = new Mlp(w.Params, config.FcnetActivation, config.HeadFcnetActivation, e.Value.ActionSpace);
+                }
+                modulePolicies = policies;
+                weightsSeqNo = seqNo;
+                if (update.WantSteps.HasValue) wantSteps = update.WantSteps.Value;
+                return;
+            }
             if (update.Weights.SeqNo != 0 && update.Weights.SeqNo < weightsSeqNo) return;  // older than what we hold (PROTOCOL.md 8)
             policy = new Mlp(update.Weights.Params, config.FcnetActivation, config.HeadFcnetActivation, config.ActionSpace);
             if (policy.ObservationSize != config.ObservationSize)
@@ -180,6 +212,7 @@ namespace Rlinks
         public void Report(int env, float reward, float[] nextObs, bool terminated, bool truncated)
         {
             Connect();
+            RequireSingle();
             CheckObservation(env, nextObs);
             if (float.IsNaN(reward) || float.IsInfinity(reward)) throw new UsageException("env " + env + ": the reward " + reward + " is not finite");
             if (served)
@@ -204,6 +237,93 @@ namespace Rlinks
             if (mark) takeoverSteps++;
             if (terminated || truncated) Finished(b.Return);
             SendWhenDue();
+        }
+
+        // ------------------------------------------------------------------
+        // Many agents, several policies (a multi-agent runner: PROTOCOL.md 7.6, 10.6)
+
+        /// <summary>Whether the runner serves several modules: use ActAgents and ReportAgents.</summary>
+        public bool IsMultiAgent { get { Connect(); return multi != null; } }
+
+        /// <summary>
+        /// Actions for the agents due to act: those whose observations the env gave at the last report (or,
+        /// starting an episode, every agent in <paramref name="obs"/>). Agents that left at the last report
+        /// (with their final observation) get none.
+        /// </summary>
+        /// <exception cref="UsageException">a single-agent runner, a call out of order, an agent no module serves</exception>
+        public Dictionary<string, EnvAction> ActAgents(IDictionary<string, float[]> obs)
+        {
+            RequireMulti();
+            if (multiActed) throw new UsageException("the agents acted and their outcome was not reported: call ReportAgents() before ActAgents() again");
+            if (!multi.Running)
+            {
+                AskModules(obs.Keys);
+                multi.Reset(obs);
+                multiReturn = 0;
+            }
+            var choices = new Dictionary<string, KeyValuePair<Choice, float[]>>();
+            var actions = new Dictionary<string, EnvAction>();
+            foreach (var due in multi.ObservationsToAct())
+            {
+                float[] given;
+                if (!obs.TryGetValue(due.Key, out given) || !given.SequenceEqual(due.Value))
+                    throw new UsageException("agent '" + due.Key + "' is due to act on the observation the last report gave it: pass that one");
+                string module = multi.ModuleOfAgent(due.Key);
+                ActionSpace space = config.MultiAgent.Modules[module].ActionSpace;
+                float[] dist = modulePolicies[module].Forward(given);
+                Choice choice = space.IsDiscrete ? Sampling.Categorical(dist, random, options.Explore)
+                    : Sampling.Gaussian(dist, space, random, options.Explore, options.NormalizeActions, options.ClipActions);
+                choices[due.Key] = new KeyValuePair<Choice, float[]>(choice, dist);
+                actions[due.Key] = choice.Applied;
+            }
+            multi.Acted(choices);
+            multiActed = true;
+            return actions;
+        }
+
+        /// <summary>What the env gave after the actions: dicts by agent id; "__all__" in a done dict ends the episode.</summary>
+        public void ReportAgents(IDictionary<string, float> rewards, IDictionary<string, float[]> nextObs,
+                                 IDictionary<string, bool> terminateds = null, IDictionary<string, bool> truncateds = null)
+        {
+            RequireMulti();
+            if (!multiActed) throw new UsageException("a report without actions: call ActAgents() first");
+            AskModules(nextObs.Keys);
+            multi.Step(rewards, nextObs, terminateds, truncateds);
+            multiActed = false;
+            steps++;
+            multiReturn += rewards.Values.Sum();
+            if (!multi.Running) Finished(multiReturn);
+            if (multi.NumSteps >= (config.OnPolicy ? wantSteps : config.RolloutFragmentLength)) SendBatch();
+        }
+
+        void RequireSingle()
+        {
+            if (multi != null) throw new UsageException(client.Address + " serves several modules (multi_agent): use ActAgents and ReportAgents");
+        }
+
+        void RequireMulti()
+        {
+            Connect();
+            if (multi == null) throw new UsageException(client.Address + " serves one module (no multi_agent): use Act and Report");
+        }
+
+        string ModuleOf(string agentId)
+        {
+            string module;
+            if (config.MultiAgent.Mapping != null) module = config.MultiAgent.Mapping.Find(agentId);
+            else modulesAsked.TryGetValue(agentId, out module);
+            if (module == null || !config.MultiAgent.Modules.ContainsKey(module))
+                throw new UsageException("agent '" + agentId + "': no module of the runner acts for it (its agent_mapping has no row for it)");
+            return module;
+        }
+
+        /// <summary>Without a mapping table, the runner is asked once per agent before it first acts.</summary>
+        void AskModules(IEnumerable<string> agents)
+        {
+            if (config.MultiAgent.Mapping != null) return;
+            var unknown = agents.Where(a => !modulesAsked.ContainsKey(a)).ToList();
+            if (unknown.Count == 0) return;
+            foreach (var e in client.GetModules(unknown)) modulesAsked[e.Key] = e.Value;
         }
 
         /// <summary>Delivers what is due and waits for its confirmations (bounded by the timeout), then closes.</summary>
@@ -252,6 +372,7 @@ namespace Rlinks
         EnvAction[] Decide(int[] envs, float[][] obs, EnvAction[] own, bool takeOver)
         {
             Connect();
+            RequireSingle();
             if (envs.Length != obs.Length) throw new UsageException("Act: " + envs.Length + " envs and " + obs.Length + " observations");
             for (int i = 0; i < envs.Length; i++) CheckObservation(envs[i], obs[i]);
             if (takeOver && !client.Agreed(Extension.Takeover))
@@ -295,6 +416,11 @@ namespace Rlinks
         {
             var chunks = new List<object>();
             long total = 0;
+            if (multi != null)
+            {
+                total = multi.NumSteps;
+                chunks.AddRange(multi.TakeChunks());
+            }
             foreach (EpisodeBuilder b in episodes.Values)
                 foreach (MsgMap chunk in b.TakeChunks()) { chunks.Add(chunk); total += EpisodeBuilder.Steps(chunk); }
             if (config.OnPolicy)

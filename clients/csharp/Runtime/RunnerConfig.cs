@@ -56,6 +56,8 @@ namespace Rlinks
         public bool OnPolicy = true;
         public string FcnetActivation = "tanh";
         public string HeadFcnetActivation = "relu";
+        /// <summary>A multi-agent runner's modules and mapping (PROTOCOL.md 9), or null.</summary>
+        public MultiAgentConfig MultiAgent;
 
         public int ObservationSize
         {
@@ -80,6 +82,8 @@ namespace Rlinks
             if (!(fragment is long) || (long)fragment < 1) throw Malformed("'rollout_fragment_length' must be an int >= 1");
             c.RolloutFragmentLength = (long)fragment;
             if (d.Get("on_policy") is bool) c.OnPolicy = (bool)d.Get("on_policy");
+            var multi = d.Get("multi_agent") as MsgMap;
+            if (multi != null) c.MultiAgent = ReadMultiAgent(multi);
             var model = d.Get("model_config") as MsgMap;
             if (model != null)
             {
@@ -87,6 +91,33 @@ namespace Rlinks
                 if (model.Get("head_fcnet_activation") is string) c.HeadFcnetActivation = (string)model.Get("head_fcnet_activation");
             }
             return c;
+        }
+
+        static MultiAgentConfig ReadMultiAgent(MsgMap multi)
+        {
+            var config = new MultiAgentConfig();
+            var modules = multi.Get("modules") as MsgMap;
+            if (modules == null || modules.Count == 0) throw Malformed("multi_agent.modules must map module ids to their spaces");
+            foreach (var e in modules.Entries)
+            {
+                var spec = e.Value as MsgMap;
+                var obs = spec == null ? null : spec.Get("observation_space") as MsgMap;
+                if (!(e.Key is string) || obs == null || (obs.Get("kind") as string) != "box")
+                    throw Malformed("multi_agent.modules['" + e.Key + "']: this client takes a Box observation space (a vector)");
+                config.Modules[(string)e.Key] = new ModuleSpec
+                {
+                    ObservationShape = Shape(obs.Get("shape"), "multi_agent.modules['" + e.Key + "'].observation_space"),
+                    ActionSpace = ReadActionSpace(spec.Get("action_space") as MsgMap),
+                    Trained = !(spec.Get("trained") is bool) || (bool)spec.Get("trained"),
+                };
+            }
+            var table = multi.Get("agent_mapping") as List<object>;
+            if (table != null) config.Mapping = new AgentMapping(table);
+            var count = multi.Get("count_steps_by") as string;
+            if (count != null && count != MultiAgentConfig.EnvSteps && count != MultiAgentConfig.AgentSteps)
+                throw Malformed("multi_agent.count_steps_by must be 'env_steps' or 'agent_steps'");
+            if (count != null) config.CountStepsBy = count;
+            return config;
         }
 
         /// <summary>A Discrete or Box action space as section 9 describes it.</summary>

@@ -34,6 +34,22 @@ namespace Rlinks
             return new WeightSet(p, (long)seqNo);
         }
 
+        /// <summary>A multi-agent weight set: every module id the runner serves -> its parameters (PROTOCOL.md 8).</summary>
+        /// <exception cref="InvalidMessageException">not such a set</exception>
+        public static Dictionary<string, WeightSet> ReadModules(MsgMap state)
+        {
+            var modules = state.Get("rl_module") as MsgMap;
+            if (modules == null) throw Malformed("no 'rl_module' map of module ids to parameter maps");
+            var r = new Dictionary<string, WeightSet>();
+            foreach (var e in modules.Entries)
+            {
+                var one = e.Value as MsgMap;
+                if (!(e.Key is string) || one == null) throw Malformed("module '" + e.Key + "' must map parameter names to arrays");
+                r[(string)e.Key] = Read(new MsgMap().Set("rl_module", new MsgMap().Set("default_policy", one)).Set("weights_seq_no", state.Get("weights_seq_no")));
+            }
+            return r;
+        }
+
         static InvalidMessageException Malformed(string why) { return new InvalidMessageException("malformed weight set: " + why); }
     }
 
@@ -41,6 +57,8 @@ namespace Rlinks
     public sealed class WeightsUpdate
     {
         public WeightSet Weights;
+        /// <summary>With multi_agent agreed: every module's weights (Weights is then null).</summary>
+        public Dictionary<string, WeightSet> Modules;
         public long? WantSteps;
     }
 }

@@ -2,7 +2,11 @@
 //
 //   taken    the simulator's own actions (LogAction), a take-over and an episode not trained on, on envs 0 and 1
 //   misuse   calls out of order or of the wrong size: each refused, saying what to do ("error: ..." lines)
+//   multi    many agents, two modules, against a multi-agent runner: turn-based agents, one that joins, one
+//            that leaves, five ticks an episode (truncated by "__all__"), until one batch has gone
 using System;
+using System.Collections.Generic;
+using System.Linq;
 using Rlinks;
 
 static class Scenarios
@@ -16,6 +20,7 @@ static class Scenarios
         try
         {
             if (args[1] == "taken") Taken(client);
+            else if (args[1] == "multi") Multi(client);
             else Misuse(client);
             client.Close();
             Console.WriteLine("done");
@@ -59,6 +64,36 @@ static class Scenarios
                 obs = B;
             }
         }
+    }
+
+    static float[] Obs(string agent, float value) { return Enumerable.Repeat(value, agent.StartsWith("mover") ? 2 : 3).ToArray(); }
+
+    static Dictionary<string, float[]> Observed(float value, params string[] agents) { return agents.ToDictionary(a => a, a => Obs(a, value)); }
+
+    static void Multi(EnvClient client)
+    {
+        Console.WriteLine("multi-agent: " + client.IsMultiAgent);
+        int episodes = 0;
+        while (client.Connection.Stats.BatchesSent == 0 && episodes < 40)
+        {
+            episodes++;
+            var none = new Dictionary<string, bool>();
+            client.ActAgents(Observed(0.1f, "mover_0", "turn_a"));
+            client.ReportAgents(new Dictionary<string, float> { { "mover_0", 1f }, { "turn_a", 0.5f } }, Observed(0.2f, "mover_0", "turn_b"), none, none);
+            client.ActAgents(Observed(0.2f, "mover_0", "turn_b"));    // turn_a waits for its turn; turn_b joined
+            client.ReportAgents(new Dictionary<string, float> { { "mover_0", 1f }, { "turn_a", 0.25f }, { "turn_b", 1f } },
+                                Observed(0.3f, "mover_0", "turn_a", "mover_1"), none, none);
+            client.ActAgents(Observed(0.3f, "mover_0", "turn_a", "mover_1"));
+            client.ReportAgents(new Dictionary<string, float> { { "mover_0", 1f }, { "mover_1", 2f } }, Observed(0.4f, "mover_0", "mover_1", "turn_b"),
+                                new Dictionary<string, bool> { { "mover_0", true } }, none);          // mover_0 leaves
+            client.ActAgents(Observed(0.4f, "mover_1", "turn_b"));
+            client.ReportAgents(new Dictionary<string, float> { { "mover_1", 2f }, { "turn_a", 1f } }, Observed(0.5f, "mover_1", "turn_a"), none, none);
+            client.ActAgents(Observed(0.5f, "mover_1", "turn_a"));
+            client.ReportAgents(new Dictionary<string, float> { { "mover_1", 1f } }, Observed(0.6f, "mover_1", "turn_a"), none,
+                                new Dictionary<string, bool> { { "__all__", true } });
+        }
+        Refused(() => client.Act(0, A));
+        Console.WriteLine("episodes=" + client.Stats.Episodes + " steps=" + client.Stats.Steps);
     }
 
     static void Misuse(EnvClient client)
