@@ -507,7 +507,7 @@ export class Client {
         if (first && !waiting && until === null && this.options.connectWaitMs > 0 && error instanceof ConnectionLost) {
           waiting = true;
           this._warn(`waiting up to ${this.options.connectWaitMs / 1000} s for the learner at ${this._given} to listen ` +
-            `(connectWaitMs): ${lastError}`);
+            `(connectWaitMs): ${lastError}${this._originHint()}`);
         }
       }
       this._discardConnection();
