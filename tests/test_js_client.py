@@ -345,6 +345,23 @@ def test_a_refused_web_origin_is_reported_with_its_reason(node):
     assert allowed == {"ok": True, "params": len(PARAMS)}, allowed
 
 
+def test_a_websocket_closed_as_a_policy_violation_is_not_retried(node):
+    """Close 1008 (what a server that refuses a page's origin can send a browser, which reads no HTTP 403)."""
+    from websockets.sync.server import serve
+
+    def refuse(connection) -> None:
+        connection.close(1008, "origin 'http://elsewhere.example' is not allowed")
+
+    with serve(refuse, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            said = connect_from(node, PACKAGE, f"ws://127.0.0.1:{server.socket.getsockname()[1]}")
+        finally:
+            server.shutdown()
+    assert said["refused"], said  # ConnectFailed at once (retryAttempts 1, no wait): not ConnectionLost
+    assert "(WebSocket close 1008: origin 'http://elsewhere.example' is not allowed)" in said["error"], said
+
+
 # ----------------------------------------------------------------------
 # Against scripted peers: drops, resends, errors
 

@@ -25,6 +25,8 @@ async function webSocketClass() {
   }
 }
 
+/** The WebSocket close code of a server that refuses a client as it is (RFC 6455 7.4.1). */
+const POLICY_VIOLATION = 1008;
 /** The most of a refused upgrade's HTTP answer read for its reason. */
 const MAX_REFUSAL_BYTES = 4096;
 
@@ -61,7 +63,9 @@ export class WebSocketTransport extends Transport {
     };
     socket.onclose = (event) => {
       const reason = event.reason ? `: ${event.reason}` : "";
-      this._closed(new ConnectionLost(`${address} closed the connection (WebSocket close ${event.code}${reason})`));
+      const text = `${address} closed the connection (WebSocket close ${event.code}${reason})`;
+      // 1008, policy violation: the server refuses us as we are (an origin it does not allow): no retry helps.
+      this._closed(event.code === POLICY_VIOLATION ? new ConnectFailed(text) : new ConnectionLost(text));
     };
     socket.onerror = () => this._closed(new ConnectionLost(`connection to ${address} lost`));
   }
@@ -102,7 +106,11 @@ export class WebSocketTransport extends Transport {
     // The browser's WebSocket says nothing when a message is written: wait until its buffer drains.
     const drained = (async () => {
       while (this.socket.bufferedAmount > 0 && !this.closed) await new Promise((r) => setTimeout(r, 5));
-      if (this.closed) throw new ConnectionLost(`connection to ${this.address} lost while sending`);
+      if (this.closed) {
+        // A refusal (close 1008) says more than "lost", and no retry gets past it.
+        if (this._closedWith instanceof ConnectFailed) throw this._closedWith;
+        throw new ConnectionLost(`connection to ${this.address} lost while sending`);
+      }
     })();
     return this._writeTimeout(drained, timeoutMs);
   }
