@@ -273,7 +273,7 @@ def test_a_runner_nobody_is_connected_to_answers_at_once(ray_local):
 
 
 def test_a_runner_told_to_stop_handing_over_still_counts_its_samples_as_none(ray_local):
-    """After ``stop_if_idle`` (SIGTERM), sample() hands over nothing and says so: 0 steps, not NaN.
+    """After ``stop_handing`` (SIGTERM), sample() hands over nothing and says so: 0 steps, not NaN.
 
     A sum logged nothing since the last ``get_metrics()`` reads NaN, and PPO's
     driver failed to count it (``ValueError: cannot convert float NaN to
@@ -285,7 +285,7 @@ def test_a_runner_told_to_stop_handing_over_still_counts_its_samples_as_none(ray
     try:
         runner.sample()
         runner.get_metrics()
-        assert runner.stop_if_idle()
+        runner.stop_handing()
         assert runner.sample() == []
         assert int(runner.get_metrics()[NUM_ENV_STEPS_SAMPLED].peek()) == 0
     finally:

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from harness import DUMMY_CLIENT, ROOT, ppo_config
+from harness import CARTPOLE, DUMMY_CLIENT, ROOT, ppo_config
 from rlinks_rllib.client import ClientError, ConnectFailed, RLinkClient, ServerError
 from rlinks_rllib.client.episode_builder import EpisodeBuilder
 from rlinks_rllib.client.retry import SHUTDOWN_GRACE_ENV
@@ -102,3 +102,58 @@ def test_reliable_clients_stop_within_the_grace_when_the_learner_ends(ray_local)
     assert isinstance(error.__cause__, ServerError) and error.__cause__.code == ErrorCode.SHUTTING_DOWN.value
     print(f"\nlearner stopped: the dummy client exited {dummy_took:.1f} s later, the RLinkClient's call raised "
           f"{loop.ended_at - stopped_at:.1f} s later (shutdown_grace {GRACE_S:g} s, {ATTEMPTS} attempts allowed)")
+
+
+def test_a_runner_waiting_in_sample_hands_over_what_it_holds_once_the_stop_signal_is_set(ray_local):
+    """The learner's SIGTERM reaches a runner in the middle of ``sample()`` (server/stop_signal.py).
+
+    The runner waits there for the rest of its share from a client that sent
+    100 steps and waits for new weights (sample_timeout_s 3,600 s: a wait of
+    45 minutes). Once the signal is set, that ``sample()`` returns the 100
+    steps (they were confirmed as it handed them over) and every later one
+    returns nothing at once.
+    """
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rlinks_rllib import RLinkEnvRunner
+    from rlinks_rllib.server.stop_signal import make_stop_signal, set_signal
+
+    config = PPOConfig().environment(observation_space=CARTPOLE.observation_space,
+                                     action_space=CARTPOLE.action_space, env_config={"port": 0}).env_runners(
+        num_env_runners=0, sample_timeout_s=3600.0)
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    signal = make_stop_signal()
+    client = RLinkClient("%s:%d" % runner.address, timeout=60.0)
+    errors: list = []
+
+    def send() -> None:
+        try:
+            client.get_state()
+            client.send_episodes_and_get_state(cartpole_chunks(EpisodeBuilder(), np.random.default_rng(0), 100))
+        except ClientError as exc:
+            errors.append(exc)  # the runner stops under it: expected
+
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        runner.watch_stop_signal(signal)
+        sender.start()
+        deadline = time.monotonic() + 60
+        while runner.server.inbox.steps < 100:
+            assert time.monotonic() < deadline, "the client's steps never came"
+            time.sleep(0.05)
+        sampled: list = []
+        sampling = threading.Thread(target=lambda: sampled.append(runner.sample()), daemon=True)
+        sampling.start()
+        time.sleep(2.0)
+        assert sampling.is_alive(), "sample() returned before the signal"
+        set_at = time.monotonic()
+        assert set_signal(signal)
+        sampling.join(10.0)
+        assert not sampling.is_alive(), "sample() still waits 10 s after the stop signal"
+        print(f"\nsample() returned {time.monotonic() - set_at:.2f} s after the stop signal")
+        assert sum(episode.env_steps() for episode in sampled[0]) == 100
+        assert runner.sample() == []
+    finally:
+        runner.stop()
+        client.close()
+        sender.join(30.0)

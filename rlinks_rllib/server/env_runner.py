@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from typing import Any, Collection, Optional, Union
 
@@ -57,6 +58,7 @@ from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .recorder import runner_recorder
 from .scheduler import SamplePacer, WeightsChange
 from .shares import CLIENTS_KEY, update_share
+from .stop_signal import wait_for
 from .served import ObservationCheck
 from .settings import RLinkSettings
 
@@ -144,8 +146,11 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         #: then (:meth:`_steps_came`); None: the last sample() got steps.
         self._quiet_since: Optional[tuple[float, int]] = None
         self._setup_off_policy_flow()
-        #: Set by :meth:`stop_if_idle`: sample() hands nothing over any more (the learner is stopping).
+        #: Set by :meth:`stop_handing`: sample() hands nothing over any more (the learner is stopping).
         self._stopped_handing = False
+        #: Set by :meth:`stop`: the thread watching the learner's stop signal ends (:meth:`watch_stop_signal`).
+        self._stopped = threading.Event()
+        self._watching: Optional[threading.Thread] = None
         #: Set by IMPALA and APPO (``use_env_runner_state_server``, their default): the actor that holds
         #: their newest weights, which every sample() pulls first (:meth:`_pull_newer_state`).
         self._env_runner_state_server = None
@@ -448,23 +453,31 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                            "handed over again if RLlib dropped them (is RLinkReceipts in the config's callbacks?)",
                            self.worker_index, len(overdue))
 
-    def stop_if_idle(self) -> bool:
-        """(The learner, on SIGTERM) Hand nothing over from now on, if no client is here and nothing waits.
+    def stop_handing(self) -> None:
+        """(The learner, on SIGTERM) Hand nothing more over, whatever the clients are doing.
 
-        Returns whether it stopped. Then any ``sample()`` still under way or
-        to come returns nothing, so a driver waiting for an iteration's
-        first steps can drop that iteration without losing a step confirmed
-        to a client (steps that arrive later stay unconfirmed, and reliable
-        clients send them again). With a client connected, steps waiting, or
-        a result not yet receipted, it changes nothing and returns False.
+        A ``sample()`` waiting for steps returns at once with what it holds
+        (handed to RLlib and confirmed as always); every later one returns
+        nothing. Steps that arrive from now on stay unconfirmed, and reliable
+        clients send them again to the learner that resumes. Safe from any
+        thread.
         """
-        if self.server is not None:
-            busy = (self.server.stats.clients_connected or self.server.inbox.steps
-                    or (self._returned is not None and len(self._returned)))
-            if busy:
-                return False
         self._stopped_handing = True
-        return True
+        if self.server is not None:
+            self.server.inbox.close()
+
+    def watch_stop_signal(self, signal: Any) -> None:
+        """(The learner, once built) :meth:`stop_handing` as soon as ``signal`` is set (see stop_signal.py).
+
+        A remote runner takes one call at a time, so a stop sent as a call
+        would wait for the ``sample()`` under way; the signal is waited on
+        from a thread of this runner's own. Again while watching: nothing
+        changes.
+        """
+        if self._watching is not None and self._watching.is_alive():
+            return
+        self._watching = wait_for(signal, self._stopped, self.stop_handing,
+                                  name=f"rlinks-stop-watch-{self.worker_index}")
 
     def take_receipts(self, receipts: dict) -> None:
         """(Called by the driver's :class:`~.receipts.RLinkReceipts`) which ``sample()`` results arrived.
@@ -531,6 +544,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
 
     def stop(self) -> None:
         """Close every client connection and the listener; returns within seconds."""
+        self._stopped.set()
         if self.server is not None:
             self.server.stop()
         if self._recorder is not None:

@@ -37,8 +37,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["KnownWarning", "KnownLogLine", "KNOWN_WARNINGS", "KNOWN_LOG_LINES", "KNOWN_STDERR_LINES", "install",
-           "runtime_env", "stderr_without_known_lines"]
+__all__ = ["KnownWarning", "KnownLogLine", "KNOWN_WARNINGS", "KNOWN_LOG_LINES", "KNOWN_STDERR_LINES",
+           "STOPPING_LOG_LINES", "install", "install_stopping", "runtime_env", "stderr_without_known_lines"]
 
 #: Ray's variable that carries a submitted job's config (its runtime env) to the driver.
 _JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -133,6 +133,13 @@ KNOWN_LOG_LINES: tuple[KnownLogLine, ...] = (
 )
 
 
+#: Said only because the learner ends RLlib's sampling loop on SIGTERM (training/sigterm.py): dropped from then on.
+STOPPING_LOG_LINES: tuple[KnownLogLine, ...] = (
+    KnownLogLine("ray.rllib.execution.rollout_ops", r"No samples returned from remote workers\.",
+                 "synchronous_parallel_sample, as its round returns nothing once the learner stops it"),
+)
+
+
 class _DropKnown(logging.Filter):
     """Drops a logger's records whose message matches one of its known lines."""
 
@@ -159,6 +166,12 @@ def install() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropKnown) for f in logger.filters):
             logger.addFilter(_DropKnown(patterns))
+
+
+def install_stopping() -> None:
+    """Drop :data:`STOPPING_LOG_LINES` in this process from now on (the learner, once SIGTERM came)."""
+    for line in STOPPING_LOG_LINES:
+        logging.getLogger(line.logger).addFilter(_DropKnown([line.message]))
 
 
 def runtime_env() -> dict:

@@ -24,7 +24,8 @@ from typing import Callable, Optional
 
 from . import quiet
 from .config_file import ConfigFileError, build_algorithm_config, load_spec
-from .learner import _init_ray, _sigterm_sets, announce_runners
+from .learner import _init_ray, announce_runners
+from .sigterm import sigterm_sets
 from .offline import is_offline
 
 __all__ = ["RecordOptions", "run_record"]
@@ -126,7 +127,7 @@ def run_record(
         _, directory = announce_runners(algo, output, on_ready, print_fn)
         stopped = threading.Event()
         reported = time.monotonic()
-        with _sigterm_sets(stopped):
+        with sigterm_sets(stopped):
             try:
                 while not stopped.is_set() and (opts.stop_steps is None or steps < opts.stop_steps):
                     steps += sum(_each_runner(algo, _record_round))
