@@ -766,6 +766,31 @@ double seconds_to_stop(EnvClient& client, const std::function<void()>& stop) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
+// connect_wait_s: a client that never connected keeps trying past retry_attempts, saying so once.
+void test_connect_wait() {
+  std::vector<std::string> said;
+  ClientOptions options;
+  options.retry_attempts = 1;
+  options.backoff_initial_s = 0.05;
+  options.backoff_cap_s = 0.1;
+  options.warn = [&](const std::string& line) { said.push_back(line); };
+  options.connect_wait_s = 0.6;
+  const auto started = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    Client("127.0.0.1:9", options).connect();  // the discard port: refused
+  } catch (const ConnectFailed& failed) {
+    error = failed.what();
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >= 0.55);
+  CHECK(error.find("and the connect wait") != std::string::npos);
+  CHECK(said.size() == 1 && said[0].rfind("waiting up to 0.6 s for the learner at 127.0.0.1:9 to listen", 0) == 0);
+  said.clear();
+  options.connect_wait_s = 0;  // as before: retry_attempts and no more, nothing said
+  CHECK(throws<ConnectFailed>([&] { Client("127.0.0.1:9", options).connect(); }));
+  CHECK(said.empty());
+}
+
 void test_env_client_without_a_server() {
   EnvClientOptions bad;
   bad.num_envs = 0;
@@ -822,6 +847,7 @@ int main() {
       {"box policy", test_box_policy},
       {"episode builder box actions", test_episode_builder_box_actions},
       {"env client without a server", test_env_client_without_a_server},
+      {"connect wait", test_connect_wait},
       {"taken actions", test_taken_actions},
   };
   int passed = 0, failed = 0;
