@@ -162,7 +162,7 @@ class Training:
         """From simulator ``host``: connect to the runner at ``address`` directly and fetch its weights."""
         code = ("import sys; from rlinks_rllib.client import RLinkClient; "
                 "c = RLinkClient(sys.argv[1], ca_file=sys.argv[2], secret_file=sys.argv[3], timeout=20, "
-                "retry_attempts=2); print('weights', c.get_state().seq_no); c.close()")
+                "retry_attempts=2, connect_wait=0); print('weights', c.get_state().seq_no); c.close()")
         creds = self.cluster.credentials
         return subprocess.run(self.cluster.net.argv(host, sys.executable, "-c", code, f"tls://{address}",
                                                     creds["ca"], creds["secret"]),
