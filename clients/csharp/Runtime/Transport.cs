@@ -178,9 +178,13 @@ namespace Rlinks
                 }
             }
             catch (ProtocolException e) { why = e; }
-            catch (IOException e) { why = new ConnectionLostException("connection to " + address + " lost: " + Inner(e), e); }
-            catch (ObjectDisposedException e) { why = new ConnectionLostException("connection to " + address + " closed", e); }
-            catch (SocketException e) { why = new ConnectionLostException("connection to " + address + " lost: " + e.Message, e); }
+            // A closed or reset stream: Mono's SslStream reports a read cut short by Close() as an
+            // AggregateException (or InvalidOperationException) around ObjectDisposedException.
+            catch (Exception e) when (e is IOException || e is ObjectDisposedException || e is SocketException
+                                      || e is AggregateException || e is InvalidOperationException)
+            {
+                why = new ConnectionLostException(closed ? "connection to " + address + " closed" : "connection to " + address + " lost: " + Inner(e), e);
+            }
             lock (gate)
             {
                 ended = why ?? new ConnectionLostException("connection to " + address + " closed");
@@ -246,7 +250,8 @@ namespace Rlinks
                 stream.Write(frame, 0, frame.Length);
                 stream.Flush();
             }
-            catch (Exception e) when (e is IOException || e is ObjectDisposedException || e is SocketException || e is NotSupportedException)
+            catch (Exception e) when (e is IOException || e is ObjectDisposedException || e is SocketException || e is NotSupportedException
+                                      || e is AggregateException || e is InvalidOperationException)
             {
                 throw new ConnectionLostException("connection to " + address + " lost while sending: " + Inner(e), e);
             }
