@@ -10,7 +10,8 @@ policy vectors. Then the demo game (``clients/godot/demo``: balls that chase
 targets, on Godot's physics) trains through a real ``rlinks learner``: four
 agents in one game with served actions to its config's target, and two game
 instances on one runner, one served and one running RLlib's MLP in
-GDScript, both started before the learner is up (``connect_wait``). The two
+GDScript, both started before the learner is up (``connect_wait``) and
+sent to the runner by the learner's directory, which records what they send. The two
 training runs start with the session and run beside the other tests
 (``tests/head_start.py``).
 """
@@ -126,6 +127,7 @@ class GodotRun:
     learner_code: int
     games: list[tuple[int, str]]
     seconds: float
+    output: Path
 
     @property
     def reached(self) -> float:
@@ -193,7 +195,7 @@ def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancell
             out.close()
     return GodotRun((tmp_path / "learner.log").read_text(), learner.returncode,
                     [(player.returncode, (tmp_path / f"game{i}.log").read_text()) for i, player in enumerate(players)],
-                    time.monotonic() - started)
+                    time.monotonic() - started, tmp_path)
 
 
 #: Bound of each run from its start: about a minute alone; the suite's other tests share the two cores.
@@ -223,21 +225,27 @@ TWO_GAMES_TARGET = 5.0
 
 
 def _two_games_served_and_local(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
+    """One remote runner: the games are given the learner's base port, its directory, which sends them there.
+    The runner records what it hands RLlib (``record_dir``), the served game's episodes included."""
     godot_binary()
     config = yaml.safe_load(DEMO_CONFIG.read_text())
     config["stop"]["reward"] = TWO_GAMES_TARGET
+    config["env_runners"]["num_env_runners"] = 1
+    config["rlinks"]["record_dir"] = str(tmp_path / "recording")
     return train_the_demo(tmp_path, config, [["--agents=2", "--rlinks-inference=served"],
                                              ["--agents=2", "--rlinks-inference=local"]], cancelled, RUN_BOUND_S - 60)
 
 
 @pytest.mark.slow
 @pytest.mark.head_start(_two_games_served_and_local, bound_s=RUN_BOUND_S)
-def test_two_game_instances_one_served_one_local_train_on_one_runner(head_start):
+def test_two_game_instances_one_served_one_local_train_on_one_runner_found_by_the_directory(head_start):
     run = head_start
     assert run.learner_code == 0 and run.reached >= TWO_GAMES_TARGET, run.learner_log[-3000:]
     assert re.search(r"clients\s+2 ", run.learner_log), run.learner_log[-3000:]
     for code, out in run.games:
         assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]
     assert set(run.steps_per_s()) == {"served", "local"}
+    recorded = [p for p in (run.output / "recording").rglob("*") if p.is_file()]
+    assert recorded, "the runner recorded nothing"
     print(f"\ntwo Godot games on one runner reached {run.reached:.1f} in {run.seconds:.0f} s; "
           f"env steps/s per game: {run.steps_per_s()}")
