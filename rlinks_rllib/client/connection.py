@@ -103,6 +103,7 @@ from ..protocol.errors import ErrorCode, InvalidMessage
 from ..protocol.extensions import Extension
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
 from ..protocol.messages import MessageType
+from ..protocol.samples import EncodedSample, encode_sample
 from ..protocol.served import ActRows, act_message, read_act
 from ..protocol.window import AckWindow, Batch, seq_range
 from .address import Address, AddressLike, parse_address
@@ -279,8 +280,10 @@ class _Job:
     timesteps: int
     on_policy: bool
     queued_on: int
-    #: A ``SAMPLES`` message (``states`` holds the samples), not episodes.
+    #: A ``SAMPLES`` message (``states`` holds the samples, packed), not episodes.
     samples: bool = False
+    #: That message asks for a flush (PROTOCOL.md 10.10).
+    flush: bool = False
 
 
 class RLinkClient:
@@ -668,14 +671,46 @@ class RLinkClient:
             ConnectFailed, ConnectionLost, ServerTimeout, ServerError,
             ProtocolViolation, ClientClosed.
         """
-        states = list(samples)
-        self._run("send_samples", self._make_room)
+        return self.send_encoded_samples([encode_sample(sample) for sample in samples])
+
+    def send_encoded_samples(self, samples: list[EncodedSample], *, flush: bool = False) -> Optional[int]:
+        """:meth:`send_samples` for samples packed already (``protocol.samples.encode_sample``).
+
+        ``flush`` marks the message so the consumer hands a partial batch on
+        now (PROTOCOL.md 10.10); with no samples it is a flush alone, sent
+        only to a server that confirms late (it named a ``samples_window``),
+        and returns ``None``. The window counts samples and bytes as well as
+        messages where the server said so.
+
+        Raises:
+            As :meth:`send_samples`.
+        """
+        if samples:
+            self._run("send_samples", self._make_room)
         if Extension.SAMPLES.value not in self._require_handshake().extensions:
             raise self._not_agreed(Extension.SAMPLES)
-        batch = self._live().conn.send_samples(states, keep_for_resend=self.reliable)
-        job = _Job(batch, states, 0, False, queued_on=self._generation, samples=True)
+        conn = self._live().conn
+        if not samples and conn.peer_samples_window is None:
+            return None
+        batch = conn.send_encoded_samples(samples, flush=flush and conn.peer_samples_window is not None)
+        job = _Job(batch, samples, 0, False, queued_on=self._generation, samples=True, flush=flush)
         self._run("send_samples", lambda: self._deliver(job))
         return job.batch.seq
+
+    def wait_for_room(self) -> None:
+        """Wait (bounded by ``timeout``) until the window has room for one more batch; connects if need be.
+
+        Raises:
+            ServerTimeout: no ``ACK`` made room within ``timeout`` (the connection is dropped;
+                a reliable client resends what is pending on its next call).
+            ConnectFailed, ConnectionLost, ServerError, ProtocolViolation, ClientClosed.
+        """
+        self._run("send_samples", self._make_room)
+
+    @property
+    def window(self) -> AckWindow:
+        """The batches sent and not yet acknowledged, across connections, and the bounds on them."""
+        return self._window
 
     def send_episodes_and_get_state(self, episodes: Iterable[Any], timesteps: Optional[int] = None) -> WeightsUpdate:
         """Send an on-policy batch and wait for the weights trained on it.
@@ -852,8 +887,13 @@ class RLinkClient:
 
         def op() -> None:
             link = self._live()
-            link.poll()
             pending = self._window.pending
+            try:
+                link.poll()
+            except (ConnectionLost, ServerError):
+                if not pending:
+                    return  # every ACK came before the end (a dataset that confirms on closing): flushed
+                raise
             while pending:
                 link.wait_for(Acked, f"ACK ({len(pending)} batch(es) unacknowledged, seq {seq_range(pending)})")
 
@@ -912,7 +952,10 @@ class RLinkClient:
                 link.write(f"{batch.kind.value} (empty)")
                 return
             if job.samples:
-                job.batch = link.conn.send_samples(job.states, keep_for_resend=self.reliable)
+                flush = job.flush and link.conn.peer_samples_window is not None
+                if not job.states and not flush:
+                    return  # a flush alone, and this server takes none
+                job.batch = link.conn.send_encoded_samples(job.states, flush=flush)
             else:
                 job.batch = link.conn.send_episodes(
                     job.states, steps=batch.steps, timesteps=job.timesteps, on_policy=job.on_policy,

@@ -66,14 +66,15 @@ from .errors import (
     UnsupportedMessage,
 )
 from .extensions import Extension, Offer, make_offer, negotiate, parse_offer
-from .framing import FrameDecoder, encode_message_parts, encode_set_state_parts
+from .framing import FrameDecoder, encode_message_parts, encode_set_state_parts, frame_parts
 from .limits import DEFAULT_MAX_FRAME_BYTES, HANDSHAKE_MAX_FRAME_BYTES
 from .messages import MessageType
 from .messages import error as error_message
 from .messages import ack as ack_message
 from .messages import ping as ping_message
 from .messages import pong as pong_message
-from .samples import read_samples
+from .samples import (FLUSH, MAX_SAMPLES_PER_MESSAGE, SAMPLES_WINDOW, EncodedSample, SampleError, encode_sample,
+                      read_samples, read_samples_window, samples_body)
 from .served import ActRows, act_message, actions_message, read_act, read_actions
 from .multi_agent import check_agent_ids, read_module_states, read_modules
 from .weights import read_state
@@ -302,11 +303,14 @@ class SamplesReceived:
         samples: the samples, in the order sent.
         seq: the message's number (``ack`` agreed), else ``None``.
         frame_bytes: size of the frame it came in, header included.
+        flush: see below.
     """
 
     samples: list
     seq: Optional[int]
     frame_bytes: int
+    #: The client sends nothing more until what it sent is confirmed (``samples`` may be empty then).
+    flush: bool = False
 
 
 Event = Union[
@@ -379,6 +383,8 @@ class Connection:
             column sent as one array per step arrives as one stacked,
             ``finalized`` array (:mod:`.columns`); for a server that checks
             episodes with :func:`~.episodes.check_episode_state` next.
+        samples_window: (server) the samples one client may leave unconfirmed,
+            named in the ``PONG`` when ``samples`` is agreed (``protocol.samples``).
 
     Raises:
         ValueError: ``auth`` named in ``extensions``, an unknown extension,
@@ -396,6 +402,7 @@ class Connection:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         window: Optional[AckWindow] = None,
         columns: bool = False,
+        samples_window: Optional[int] = None,
     ) -> None:
         names = {e.value if isinstance(e, Extension) else str(e) for e in extensions}
         unknown = names - {e.value for e in Extension}
@@ -414,6 +421,9 @@ class Connection:
         self.agent = agent
         self.client_id = client_id
         self.window = window if window is not None else AckWindow()
+        self._samples_window = samples_window
+        #: (client) The ``samples_window`` the server named in its ``PONG``, if any.
+        self.peer_samples_window: Optional[int] = None
         #: Whether the peer offered extensions in its PING (a server answers keep-alives in kind).
         self.peer_offered = False
         self.peer_is_directory = False
@@ -694,7 +704,10 @@ class Connection:
 
         Numbered and kept in the window until its ``ACK`` exactly as
         :meth:`send_episodes` does (with ``ack`` agreed); the ``steps`` of its
-        record count the samples. No reply is owed.
+        record count the samples. No reply is owed. The samples are packed
+        into buffers of their own here (:func:`~.samples.encode_sample`), so
+        the record always holds what a resend needs (``keep_for_resend`` is
+        kept for callers of the old signature).
 
         Raises:
             LocalProtocolError: ``samples`` not agreed, or not ready to send.
@@ -704,16 +717,37 @@ class Connection:
         self._check_request(MessageType.SAMPLES)
         if not self.speaks(Extension.SAMPLES):
             raise LocalProtocolError("SAMPLES needs the samples extension, which the server did not agree to")
-        checked = read_samples(list(samples))
-        message: dict[str, Any] = {"type": MessageType.SAMPLES.value, "samples": checked}
-        acked = self.speaks(Extension.ACK)
-        if acked:
-            message["seq"] = self.window.next_seq
-        parts = encode_message_parts(message)
-        seq = self.window.take_seq() if acked else None
-        if acked and keep_for_resend:
-            parts = [b"".join(parts)]
-        batch = Batch(seq=seq, kind=MessageType.SAMPLES, parts=parts, steps=len(checked))
+        samples = list(samples)
+        if not 0 < len(samples) <= MAX_SAMPLES_PER_MESSAGE:
+            raise SampleError(f"SAMPLES: 1 to {MAX_SAMPLES_PER_MESSAGE} samples a message, got {len(samples)}")
+        return self.send_encoded_samples([encode_sample(sample) for sample in samples])
+
+    def send_encoded_samples(self, samples: list[EncodedSample], *, flush: bool = False) -> Batch:
+        """(client) :meth:`send_samples` for samples packed already (``protocol.samples.encode_sample``).
+
+        Their buffers are the sender's own, so the record keeps them for a
+        resend as they are. ``flush`` marks the message (the server hands a
+        partial batch to its consumer now); with no samples it is a flush
+        alone, not numbered, and needs a server that named a ``samples_window``.
+
+        Raises:
+            LocalProtocolError: ``samples`` not agreed, not ready to send, or a flush alone to a
+                server that named no ``samples_window``.
+            SampleError: no samples outside a flush, or more than a message holds.
+            FrameTooLarge: the samples do not fit one frame.
+        """
+        self._check_request(MessageType.SAMPLES)
+        if not self.speaks(Extension.SAMPLES):
+            raise LocalProtocolError("SAMPLES needs the samples extension, which the server did not agree to")
+        if flush and self.peer_samples_window is None:
+            raise LocalProtocolError("a flush needs a server that named a samples_window (an older one refuses it)")
+        numbered = bool(samples) and self.speaks(Extension.ACK)
+        seq = self.window.next_seq if numbered else None
+        parts = frame_parts(samples_body(samples, seq, flush))
+        if numbered:
+            self.window.take_seq()
+        batch = Batch(seq=seq, kind=MessageType.SAMPLES, parts=parts, steps=len(samples),
+                      nbytes=sum(sample.nbytes for sample in samples))
         if seq is not None:
             self.window.add(batch)
         self._out.frame(parts)
@@ -959,6 +993,9 @@ class Connection:
         offer = parse_offer(message)
         self.extensions = negotiate(offer, self.our_extensions)
         self.peer_is_directory = offer is not None and offer.extra.get("role") == DIRECTORY_ROLE
+        self.peer_samples_window = None if offer is None else read_samples_window(offer.extra)
+        if self.peer_samples_window is not None and Extension.SAMPLES.value in self.extensions:
+            self.window.follow(self.peer_samples_window)
         self._peer_agent = "" if offer is None else offer.agent
         if self._client_auth is not None:
             self._send(self._client_auth.respond(offer))
@@ -1021,7 +1058,8 @@ class Connection:
             if not self.speaks(Extension.SAMPLES):
                 raise UnsupportedMessage("SAMPLES needs the samples extension, which was not agreed")
             seq = message.get("seq") if self.speaks(Extension.ACK) else None
-            return SamplesReceived(read_samples(message["samples"]), seq, frame_bytes)
+            flush = message.get(FLUSH, False)
+            return SamplesReceived(read_samples(message["samples"], flush), seq, frame_bytes, flush)
         if kind is MessageType.ACT:
             if not self.speaks(Extension.SERVED_ACTIONS):
                 raise UnsupportedMessage("ACT needs the served_actions extension, which was not agreed")
@@ -1060,6 +1098,8 @@ class Connection:
             given = offer.extra.get("client_id")
             if type(given) is str and 0 < len(given) <= MAX_CLIENT_ID_CHARS:
                 client_id = given
+            if self._samples_window is not None and Extension.SAMPLES.value in self.extensions:
+                extra[SAMPLES_WINDOW] = self._samples_window
             reply_offer = make_offer(self.extensions, agent=self.agent, **extra)
         self.client_id = client_id
         self._send(pong_message(reply_offer))

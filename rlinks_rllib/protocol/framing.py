@@ -19,6 +19,7 @@ from .messages import MessageType, validate_message
 __all__ = [
     "encode_message",
     "encode_message_parts",
+    "frame_parts",
     "encode_frame",
     "encode_body_once",
     "encode_set_state_parts",
@@ -48,9 +49,17 @@ def encode_message_parts(message: dict) -> list[Buffer]:
         TypeError, UnsafePayload: a value can't go on the wire.
     """
     validate_message(message)
-    parts = encode_body(message)
-    size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
-    return [_header(size), *parts]
+    return frame_parts(encode_body(message))
+
+
+def frame_parts(body: list[Buffer]) -> list[Buffer]:
+    """A body packed elsewhere (a list of buffers) as one frame: the header, then the body's buffers.
+
+    Raises:
+        FrameTooLarge: the body would need more than 8 digits of length.
+    """
+    size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in body)
+    return [_header(size), *body]
 
 
 def encode_message(message: dict) -> bytes:

@@ -137,7 +137,7 @@ _OPTIONAL: dict[MessageType, dict[str, tuple[type, ...]]] = {
     MessageType.SET_STATE: {"want_steps": (int,), "timestep": (int,)},
     MessageType.EPISODES: {"timesteps": (int,), "seq": (int,)},
     MessageType.EPISODES_AND_GET_STATE: {"timesteps": (int,), "seq": (int,)},
-    MessageType.SAMPLES: {"seq": (int,)},
+    MessageType.SAMPLES: {"seq": (int,), "flush": (bool,)},
     MessageType.ACK: {"weights_seq_no": (int,)},
     MessageType.ACT: {"taken_mask": (np.ndarray, list), "taken": (np.ndarray, list), "train": (np.ndarray, list)},
 }

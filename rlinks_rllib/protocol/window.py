@@ -32,7 +32,8 @@ class Batch:
         seq: its number; ``None`` when the peer does not acknowledge batches.
         kind: which of the two message types it is.
         parts: the encoded frame (header first), kept while it may be resent.
-        steps: env steps in its episodes.
+        steps: env steps in its episodes (samples, in a ``SAMPLES`` message).
+        nbytes: what its frame holds, counted against the window's ``max_bytes``.
         sent_on: which connection (the sender's count) last wrote it in full; 0: none yet.
         sends: how many times it was written in full.
         acked: whether the peer confirmed it.
@@ -42,6 +43,7 @@ class Batch:
     kind: MessageType
     parts: list[Buffer]
     steps: int
+    nbytes: int = 0
     sent_on: int = 0
     sends: int = 0
     acked: bool = False
@@ -54,21 +56,48 @@ class AckWindow:
     Args:
         max_unacked: how many batches may await an ``ACK`` at once; the
             sender waits for ACKs while :attr:`full`.
+        max_steps: how many steps (samples) they may hold; ``None``: no bound
+            but ``max_unacked``.
+        max_bytes: how many bytes their frames may hold; ``None``: no bound.
+        steps_from_peer: a server that names a ``samples_window`` in its
+            handshake sets ``max_steps`` (:meth:`follow`): a consumer that
+            confirms a sample only once its training loop has the batch
+            holding it needs that many in flight from a lone client.
     """
 
     max_unacked: int = 16
+    max_steps: Optional[int] = None
+    max_bytes: Optional[int] = None
+    steps_from_peer: bool = False
     #: The seq the next numbered batch gets.
     next_seq: int = 1
     pending: collections.deque[Batch] = field(default_factory=collections.deque)
+    #: Steps and bytes of the pending batches.
+    pending_steps: int = 0
+    pending_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if type(self.max_unacked) is not int or self.max_unacked < 1:
-            raise ValueError(f"max_unacked must be an int >= 1, got {self.max_unacked!r}")
+        for name in ("max_unacked", "max_steps", "max_bytes"):
+            value = getattr(self, name)
+            if (value is not None or name == "max_unacked") and (type(value) is not int or value < 1):
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
     @property
     def full(self) -> bool:
-        """Whether as many batches as allowed await an ``ACK``."""
-        return len(self.pending) >= self.max_unacked
+        """Whether as many batches, steps or bytes as allowed await an ``ACK``."""
+        return (len(self.pending) >= self.max_unacked
+                or (self.max_steps is not None and self.pending_steps >= self.max_steps)
+                or (self.max_bytes is not None and self.pending_bytes >= self.max_bytes))
+
+    def follow(self, peer_steps: int) -> None:
+        """The peer named the steps it may need in flight: take them as ``max_steps`` (with ``steps_from_peer``).
+
+        A batch holds at least one step, so ``max_unacked`` is raised to
+        match: the step bound is the one that counts.
+        """
+        if self.steps_from_peer:
+            self.max_steps = peer_steps
+            self.max_unacked = max(self.max_unacked, peer_steps)
 
     def take_seq(self) -> int:
         """Number the next batch."""
@@ -78,6 +107,8 @@ class AckWindow:
     def add(self, batch: Batch) -> None:
         """Keep a numbered batch until its ``ACK``."""
         self.pending.append(batch)
+        self.pending_steps += batch.steps
+        self.pending_bytes += batch.nbytes
 
     def acknowledge(self, seq: int) -> Optional[Batch]:
         """The peer confirmed ``seq``: the batch it confirms, or ``None`` if it was confirmed before.
@@ -90,6 +121,8 @@ class AckWindow:
         for i, batch in enumerate(self.pending):
             if batch.seq == seq:
                 del self.pending[i]
+                self.pending_steps -= batch.steps
+                self.pending_bytes -= batch.nbytes
                 batch.acked = True
                 return batch
         if 0 < seq < self.next_seq:
@@ -103,6 +136,7 @@ class AckWindow:
         """Give up every pending batch; return them (for a warning)."""
         dropped = list(self.pending)
         self.pending.clear()
+        self.pending_steps = self.pending_bytes = 0
         return dropped
 
 

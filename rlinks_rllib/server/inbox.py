@@ -6,6 +6,10 @@ and never blocks the network thread: it only reports when it is full, and
 the network thread then stops reading from clients, so TCP pushes back on
 them. A put may overshoot the bound by at most one message, which is itself
 bounded by the frame size limit.
+
+A batch can be a marker (:attr:`Batch.marker`: a sample server's word that
+a client flushed or left, with no steps): it ends a waiting take at once,
+since the taker acts on it rather than wait for more steps.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ class Batch:
     weights_seq_no: int
     client: str
 
+    @property
+    def marker(self) -> bool:
+        """Whether this is a marker rather than steps (see the module docs); a subclass says."""
+        return False
+
 
 class Inbox:
     """FIFO of batches bounded in env steps and bytes, safe across two threads.
@@ -48,6 +57,8 @@ class Inbox:
         self._batches: collections.deque[Batch] = collections.deque()
         self._steps = 0
         self._bytes = 0
+        #: Batches of no steps held (markers).
+        self._markers = 0
         self._was_full = False
         self._closed = False
         self._cond = threading.Condition()
@@ -76,7 +87,7 @@ class Inbox:
 
     def _must_wait_locked(self, min_steps: int) -> bool:
         """Whether a take of ``min_steps`` waits on: too few steps, open, and room for more to come in."""
-        return self._steps < min_steps and not self._closed and not self._full_locked()
+        return self._steps < min_steps and not self._markers and not self._closed and not self._full_locked()
 
     def put(self, batch: Batch) -> bool:
         """Add a batch; never blocks. Returns whether the inbox is now full.
@@ -86,6 +97,8 @@ class Inbox:
         """
         with self._cond:
             self._batches.append(batch)
+            if batch.marker:
+                self._markers += 1
             return self._grew_locked(batch.steps, batch.nbytes)
 
     def put_back(self, batches: list[Batch]) -> bool:
@@ -100,7 +113,7 @@ class Inbox:
         self._bytes += nbytes
         full = self._full_locked()
         self._was_full = self._was_full or full
-        if self._wants and (full or self._steps >= min(self._wants)):
+        if self._wants and (full or self._markers or self._steps >= min(self._wants)):
             self._cond.notify_all()
         return full
 
@@ -127,12 +140,14 @@ class Inbox:
                     self._wants.remove(min_steps)
             taken: list[Batch] = []
             got = 0
-            while self._batches and got < min_steps:
+            while self._batches and (got < min_steps or self._batches[0].marker):
                 batch = self._batches.popleft()
                 taken.append(batch)
                 got += batch.steps
                 self._steps -= batch.steps
                 self._bytes -= batch.nbytes
+                if batch.marker:
+                    self._markers -= 1
             drained = self._was_full and not self._full_locked()
             if drained:
                 self._was_full = False

@@ -11,10 +11,18 @@ Delivery is that of episodes to a runner (PROTOCOL.md 10.2, 10.10):
 * Every message goes into a bounded :class:`~.inbox.Inbox` (samples and
   bytes). While it is full, the server stops reading from its actors, so
   TCP pushes back on them and their ``put`` waits; nothing is dropped.
-* ``ACK {seq}`` goes to an actor when the consumer has *taken* its message,
-  not when it arrived: a server that dies loses nothing an actor believes
+* ``ACK {seq}`` goes to an actor when the consumer has *taken* its message
+  (:meth:`SampleServer.take`), or, for a consumer that confirms later
+  (:meth:`SampleServer.receive`, then :meth:`SampleServer.confirm` once its
+  loop is done with them: ``RLinkDataset``), when it says so; never when it
+  merely arrived. A server that dies loses nothing an actor believes
   delivered; a reliable actor resends the rest after reconnecting, and a
   resent ``seq`` is recognised (confirmed again, never queued twice).
+* A consumer that confirms late names its ``window`` in the handshake (the
+  samples one actor may leave unconfirmed, PROTOCOL.md 10.10), and learns
+  from a :class:`Received` marked ``flush`` (an actor's ``flush()``) or
+  ``ended`` (its connection closed) that no more is coming from that actor
+  for now: it hands on a partial batch rather than wait to fill it.
 
 One thread per connection (bounded by ``max_clients``) drives a protocol
 :class:`~..protocol.connection.Connection`; a large body is read straight
@@ -77,7 +85,7 @@ from .settings import is_loopback
 from .stats import LogLimiter
 from .tls import tls_server_context
 
-__all__ = ["SampleServer", "SampleStats", "LearnerNode", "SAMPLE_EXTENSIONS"]
+__all__ = ["SampleServer", "SampleStats", "Received", "LearnerNode", "SAMPLE_EXTENSIONS"]
 
 logger = logging.getLogger("rlinks_rllib.server.samples")
 
@@ -105,12 +113,25 @@ _NO_SIMULATORS = ("this sample server was not told what its simulators look like
 
 
 @dataclass
-class _SampleBatch(Batch):
-    """One ``SAMPLES`` or ``EPISODES`` message in the inbox (``episodes`` holds its samples or chunks)."""
+class Received(Batch):
+    """One ``SAMPLES`` or ``EPISODES`` message taken from the inbox (``episodes`` holds its samples or chunks).
+
+    :meth:`SampleServer.confirm` confirms it to its actor. A message with no
+    samples is a marker: the actor flushed, or its connection ended.
+    """
 
     seq: Optional[int] = None
     #: It holds episode chunks (``EPISODES``), not plain samples.
     chunks: bool = False
+    #: The actor sends nothing more until what it sent is confirmed (its ``flush()``).
+    flush: bool = False
+    #: The actor's connection ended after this (a marker with no samples).
+    ended: bool = False
+
+    @property
+    def marker(self) -> bool:
+        """A flush alone, or an ended connection: no samples, only news."""
+        return not self.episodes and (self.flush or self.ended)
 
 
 @dataclass
@@ -235,6 +256,9 @@ class SampleServer:
         tls_client_ca_file: PEM CA bundle; when set, every actor must present a certificate it signed.
         model, episodes: what EnvClient simulators run and how their episodes are read (both or
             neither); ``None``: simulators are refused.
+        window: the samples one actor may leave unconfirmed, named in the handshake, for a
+            consumer that confirms late (:meth:`receive`); ``None``: names none (actors keep
+            their own default window; :meth:`take` confirms on taking).
 
     Raises:
         ValueError: a bound is not positive, a TLS file is given without ``tls_cert_file``, or the
@@ -259,19 +283,22 @@ class SampleServer:
         tls_client_ca_file: Optional[str] = None,
         model: Optional[SimulatorModel] = None,
         episodes: Optional[EpisodeReader] = None,
+        window: Optional[int] = None,
     ) -> None:
         if (model is None) != (episodes is None):
             raise ValueError("give model and episodes together (simulators need both) or neither")
         if (tls_key_file or tls_client_ca_file) and not tls_cert_file:
             raise ValueError("tls_key_file and tls_client_ca_file need tls_cert_file")
         for name, value in (("max_clients", max_clients), ("max_buffer_samples", max_buffer_samples),
-                            ("max_buffer_bytes", max_buffer_bytes), ("max_frame_bytes", max_frame_bytes)):
+                            ("max_buffer_bytes", max_buffer_bytes), ("max_frame_bytes", max_frame_bytes),
+                            ("window", 1 if window is None else window)):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.host = host
         self.max_clients = max_clients
         self.max_frame_bytes = max_frame_bytes
         self.handshake_timeout = handshake_timeout
+        self.window = window
         self.stats = SampleStats()
         self._secret = None if secret is None else normalize_secret(secret)
         self._ssl = tls_server_context(tls_cert_file, tls_key_file, tls_client_ca_file) if tls_cert_file else None
@@ -362,17 +389,34 @@ class SampleServer:
         the server is stopping). Chunks are dicts with a ``"kind"``
         (``server/sample_episodes.py``); plain samples are as the actor put them.
         """
-        batches = self.inbox.take(1, max_wait)
         samples: list[dict[str, Any]] = []
-        for batch in batches:
-            samples.extend(batch.episodes)
-            if isinstance(batch, _SampleBatch) and batch.chunks:
+        for message in self.receive(max_wait):
+            samples.extend(message.episodes)
+            self.confirm(message)
+        return samples
+
+    def receive(self, max_wait: float) -> list[Received]:
+        """The oldest messages (at least one sample's worth once any is there, and markers), unconfirmed.
+
+        Waits up to ``max_wait`` seconds for a sample or a marker; returns
+        ``[]`` if none came (or the server is stopping). Each must be given
+        to :meth:`confirm` once the consumer is done with it; one that never
+        is stays unconfirmed, and its actor sends it again to the next server.
+        """
+        messages: list[Received] = []
+        for batch in self.inbox.take(1, max_wait):
+            assert isinstance(batch, Received)
+            if batch.chunks:
                 self.stats.episodes_taken += batch.steps
             else:
                 self.stats.samples_taken += batch.steps
-            if isinstance(batch, _SampleBatch) and batch.seq is not None:
-                self._confirm(batch.client, batch.seq)
-        return samples
+            messages.append(batch)
+        return messages
+
+    def confirm(self, message: Received) -> None:
+        """Confirm ``message`` to its actor (``ACK``); a marker or an unnumbered message needs none."""
+        if message.seq is not None:
+            self._confirm(message.client, message.seq)
 
     def publish_weights(self, params: Mapping[str, Any], version: Optional[int] = None, *,
                         graph: Optional[bytes] = None) -> int:
@@ -429,7 +473,8 @@ class SampleServer:
                 time.sleep(_POLL_S)
                 continue
             conn = Connection(Role.SERVER, extensions=self._extensions, agent=SERVER_AGENT, secret=self._secret,
-                              max_frame_bytes=self.max_frame_bytes, columns=self._episodes is not None)
+                              max_frame_bytes=self.max_frame_bytes, columns=self._episodes is not None,
+                              samples_window=self.window)
             session = _Session(sock, peer, conn, tls=self._ssl is not None)
             with self._lock:
                 full = len(self._sessions) >= self.max_clients
@@ -584,7 +629,7 @@ class SampleServer:
                     session.flush_locked()  # what the connection answered by itself (PONG with AUTH's challenge)
                     return None
             if isinstance(event, SamplesReceived):
-                self._received(session, event.samples, event.seq, event.frame_bytes)
+                self._received(session, event.samples, event.seq, event.frame_bytes, flush=event.flush)
             elif isinstance(event, EpisodesReceived):
                 self._episodes_received(session, event)
             elif isinstance(event, HandshakeDone):
@@ -653,11 +698,17 @@ class SampleServer:
                 session.flush_locked()
 
     def _received(self, session: _Session, items: list, seq: Optional[int], frame_bytes: int, *,
-                  episodes: bool = False) -> None:
-        """Queue a message once (a resend is confirmed again or left to its first copy); pause while full."""
+                  episodes: bool = False, flush: bool = False) -> None:
+        """Queue a message once (a resend is confirmed again or left to its first copy); pause while full.
+
+        A resent message that is a flush still passes its flush on (as a marker).
+        """
         self.stats.messages += 1
         self.stats.bytes_received += frame_bytes
         client = session.client_id
+        if not items:  # a flush alone
+            self._mark(client, flush=True)
+            return
         if seq is not None:
             with self._lock:
                 held, confirmed = self._seqs.get(client, (0, 0))
@@ -665,6 +716,8 @@ class SampleServer:
                 self.stats.duplicates += 1
                 if seq <= confirmed:
                     session.send_ack(seq)
+                if flush:
+                    self._mark(client, flush=True)
                 return  # still in the inbox: its ACK comes when it is taken
             with self._lock:
                 self._seqs[client] = (seq, confirmed)
@@ -676,13 +729,18 @@ class SampleServer:
         else:
             self.stats.samples_received += len(items)
         # A message of empty chunks only is queued too: confirmed in its turn, after what came before it.
-        batch = _SampleBatch(episodes=items, steps=len(items), nbytes=frame_bytes,
-                             weights_seq_no=self._weights_version, client=client, seq=seq, chunks=episodes)
+        batch = Received(episodes=items, steps=len(items), nbytes=frame_bytes,
+                         weights_seq_no=self._weights_version, client=client, seq=seq, chunks=episodes, flush=flush)
         if self.inbox.put(batch):
             # Full: read nothing more from this actor until the consumer takes (TCP pushes back).
             with self._room:
                 while self.inbox.full() and not self._stopping.is_set():
                     self._room.wait(_POLL_S)
+
+    def _mark(self, client: str, *, flush: bool = False, ended: bool = False) -> None:
+        """Queue a marker (no samples): ``client`` flushed, or its connection ended."""
+        self.inbox.put(Received(episodes=[], steps=0, nbytes=0, weights_seq_no=self._weights_version, client=client,
+                                flush=flush, ended=ended))
 
     def _drained(self) -> None:
         with self._room:
@@ -722,6 +780,9 @@ class SampleServer:
             self._sessions.discard(session)
             if self._by_client.get(session.client_id) is session:
                 del self._by_client[session.client_id]
+            ended = session.client_id in self._seqs
+        if ended and not self._stopping.is_set():
+            self._mark(session.client_id, ended=True)
 
 
 class LearnerNode:

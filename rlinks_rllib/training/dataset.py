@@ -6,7 +6,17 @@ the training process and yields what actors ``put``
 (:class:`~rlinks_rllib.client.actor.RLinkActor`), sample by sample or in
 batches, as tensors on the worker's device. Buffering is bounded: while the
 consumer is behind, the server stops reading and the actors' ``put`` waits
-(nothing is dropped); a sample is confirmed to its actor once it is taken.
+(nothing is dropped).
+
+A sample is confirmed to its actor once the loop asks for the batch after
+the one that held it (or closes the dataset cleanly): a loop process killed
+at any moment, inside a training step included, loses nothing an actor was
+told was delivered; the actor sends the rest again to the next dataset on
+the port. For that an actor must be allowed enough samples in flight to
+fill two batches, which the dataset names in its handshake (``window``).
+A partial batch goes to the loop when an actor flushes or leaves, or after
+``partial_batch_after`` seconds with nothing arriving, so a loop never
+waits for ever for its last samples.
 
 Why a server per training worker rather than one learner process that fans
 out: each Ray Train worker (one per GPU) then owns its share by construction
@@ -45,10 +55,16 @@ import torch
 from ..protocol.auth import load_secret
 from ..server.sample_episodes import EPISODE, EPISODE_FORMS, KIND, TRANSITIONS, EpisodeReader
 from ..server.sample_model import DEFAULT_FRAGMENT_STEPS, SimulatorModel
-from ..server.samples import SampleServer
+from ..server.samples import Received, SampleServer
 from .model_sync import ModelLike, default_module, policy_graph_of, weights_of
 
-__all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank", "EPISODE", "TRANSITIONS", "KIND"]
+__all__ = ["RLinkDataset", "RLinkSyncModel", "train_rank", "EPISODE", "TRANSITIONS", "KIND",
+           "DEFAULT_PARTIAL_BATCH_AFTER_S"]
+
+#: Seconds with nothing arriving after which a partial batch goes to the loop as it is.
+DEFAULT_PARTIAL_BATCH_AFTER_S = 1.0
+#: How long one wait for the server lasts before the loop's bounds are looked at again.
+_WAIT_S = 0.5
 
 
 def train_rank() -> int:
@@ -73,6 +89,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         batch_size: yield dicts of stacked tensors of this many samples; ``None``: one sample at a time.
         max_buffer_samples, max_buffer_bytes: what is held before actors are pushed back.
         idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
+        partial_batch_after: yield a batch smaller than ``batch_size`` after this many seconds with
+            nothing arriving (an actor's ``flush()`` or its leaving yields one at once).
         max_samples: end an iteration after this many samples; ``None``: never.
         spaces: ``(observation_space, action_space)`` of EnvClient simulators (gymnasium spaces);
             with it (or ``env``) they connect, send episodes and act with the model synced.
@@ -108,6 +126,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_samples: int = 256,
         max_buffer_bytes: int = 512 * 1024 * 1024,
         idle_timeout: Optional[float] = None,
+        partial_batch_after: float = DEFAULT_PARTIAL_BATCH_AFTER_S,
         max_samples: Optional[int] = None,
         spaces: Optional[tuple[Any, Any]] = None,
         env: Optional[str] = None,
@@ -137,13 +156,24 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         if device is None:
             device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
         self.device = torch.device(device)
+        if isinstance(partial_batch_after, bool) or not isinstance(partial_batch_after, (int, float)) \
+                or not partial_batch_after > 0:
+            raise ValueError(f"partial_batch_after must be a number of seconds > 0, got {partial_batch_after!r}")
         self.batch_size = batch_size
         self.idle_timeout = idle_timeout
+        self.partial_batch_after = float(partial_batch_after)
         self.max_samples = max_samples
         server_options.setdefault("secret", load_secret(None))
+        # Two batches unconfirmed (the one the loop trains on, the next one filling) and the buffer behind them.
+        server_options.setdefault("window", 2 * (batch_size or 1) + max_buffer_samples)
         self.server = SampleServer(host, port or 0, max_buffer_samples=max_buffer_samples,
                                    max_buffer_bytes=max_buffer_bytes, **server_options).start()
-        self._ready: list[dict[str, Any]] = []
+        #: Items taken from the server and not yet yielded; each message's receipt rides on its last item.
+        self._ready: list[tuple[dict[str, Any], Optional[Received]]] = []
+        #: Messages whose last item was yielded: confirmed when the loop asks for more, or at close().
+        self._handed: list[Received] = []
+        #: An actor flushed or left: what is ready goes to the loop without waiting to fill a batch.
+        self._hand_on = False
         self._pid = os.getpid()
 
     @property
@@ -171,7 +201,10 @@ class RLinkDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._check_process()
         yielded = 0
-        while self.max_samples is None or yielded < self.max_samples:
+        while True:
+            self._confirm_handed()  # the loop asked for more: it is done with what it had
+            if self.max_samples is not None and yielded >= self.max_samples:
+                return
             want = 1 if self.batch_size is None else self.batch_size
             if self.max_samples is not None:
                 want = min(want, self.max_samples - yielded)
@@ -189,14 +222,31 @@ class RLinkDataset(torch.utils.data.IterableDataset):
             TimeoutError: nothing arrived within ``idle_timeout`` (30 s when unset).
         """
         self._check_process()
+        self._confirm_handed()
         samples = self._next(1, self.idle_timeout if self.idle_timeout is not None else 30.0)
         if not samples:
             raise TimeoutError(f"no sample arrived on {self.address}")
         return self._to_device(samples[0])
 
-    def close(self) -> None:
-        """Stop the server (actors get ``shutting_down`` and, if reliable, keep retrying elsewhere)."""
+    def close(self, *, confirm: bool = True) -> None:
+        """Confirm what the loop was handed last (``confirm``), then stop the server.
+
+        Call it when the loop is done with its last batch. Actors get
+        ``shutting_down``; a reliable one keeps what is unconfirmed and sends
+        it to the next dataset on the port. ``confirm=False`` (what leaving a
+        ``with`` block by an exception does) leaves the last batch
+        unconfirmed too: a step that failed on it did not learn from it.
+        """
+        if confirm:
+            self._confirm_handed()
+        self._handed.clear()
         self.server.stop()
+
+    def __enter__(self) -> "RLinkDataset":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(confirm=exc_type is None)
 
     def __getstate__(self) -> dict:
         raise TypeError("an RLinkDataset holds a live server and stays in its process: use num_workers=0")
@@ -207,25 +257,46 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         """Up to ``count`` samples, waiting for the first one at most ``idle`` (``idle_timeout``) seconds.
 
         An episode chunk comes alone (chunks don't stack with each other or with samples), and
-        samples before one come without it: no wait for more once a chunk is in.
+        samples before one come without it: no wait for more once a chunk is in. Fewer than
+        ``count`` come once an actor flushed or left, or after ``partial_batch_after`` seconds
+        with nothing arriving. The receipts of what is returned move to ``_handed``.
         """
         idle = self.idle_timeout if idle is None else idle
-        deadline = None if idle is None else time.monotonic() + idle
-        while len(self._ready) < count and not any(_is_chunk(item) for item in self._ready):
-            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+        now = time.monotonic()
+        deadline = None if idle is None else now + idle
+        partial_at = now + self.partial_batch_after
+        self._hand_on = self._hand_on and bool(self._ready)  # news of a flush counts for what came before it
+        while len(self._ready) < count and not self._hand_on and not any(_is_chunk(item) for item, _ in self._ready):
+            now = time.monotonic()
+            if self._ready and now >= partial_at:
+                break
+            wait = _WAIT_S if deadline is None else min(_WAIT_S, deadline - now)
+            if self._ready:
+                wait = min(wait, partial_at - now)
             if wait <= 0 or self.server.stopped:
                 break
-            taken = self.server.take(wait)
-            if taken:
-                self._ready.extend(taken)
-                if deadline is not None:
-                    deadline = time.monotonic() + idle
-        if self._ready and _is_chunk(self._ready[0]):
+            for message in self.server.receive(wait):
+                if message.episodes:
+                    self._ready.extend((item, None) for item in message.episodes[:-1])
+                    self._ready.append((message.episodes[-1], message))
+                    partial_at = time.monotonic() + self.partial_batch_after
+                    if deadline is not None:
+                        deadline = time.monotonic() + idle
+                self._hand_on = self._hand_on or ((message.flush or message.ended) and bool(self._ready))
+        if self._ready and _is_chunk(self._ready[0][0]):
             count = 1
         else:
-            count = next((i for i, item in enumerate(self._ready[:count]) if _is_chunk(item)), count)
+            count = next((i for i, (item, _) in enumerate(self._ready[:count]) if _is_chunk(item)), count)
         out, self._ready = self._ready[:count], self._ready[count:]
-        return out
+        if not self._ready:
+            self._hand_on = False  # what came before the flush is on its way to the loop
+        self._handed.extend(receipt for _, receipt in out if receipt is not None)
+        return [item for item, _ in out]
+
+    def _confirm_handed(self) -> None:
+        handed, self._handed = self._handed, []
+        for message in handed:
+            self.server.confirm(message)
 
     def _to_device(self, sample: Mapping[str, Any]) -> dict[str, Any]:
         return {key: self._tensor(value) if isinstance(value, np.ndarray) else value for key, value in sample.items()}
