@@ -147,7 +147,7 @@ func _start_local(config: Dictionary) -> bool:
 	if reply == null:
 		return _stop()
 	var model: Dictionary = config.get("model_config", {})
-	_activations = [str(model.get("fcnet_activation", "tanh")), str(model.get("head_fcnet_activation", "relu"))]
+	_activations = [_activation(model.get("fcnet_activation", "tanh")), _activation(model.get("head_fcnet_activation", "relu"))]
 	_policy = MlpPolicy.new()
 	if not _load(reply):
 		return false
@@ -242,6 +242,11 @@ func _load(reply) -> bool:
 		return _give_up("can't run the learner's module here: %s (served inference can)" % refused)
 	_want_steps = int(reply.get("want_steps", _want_steps))
 	return true
+
+
+static func _activation(name) -> String:
+	"""An activation as RLlib's model config names it; none (null) is linear."""
+	return "linear" if name == null else str(name)
 
 
 func _complete_step(agent) -> Array:
