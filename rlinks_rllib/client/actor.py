@@ -50,6 +50,10 @@ DEFAULT_MAX_UNACKED = 64
 #: Bytes of samples in flight and waiting to be sent, at most (the actor's memory for them, twice).
 DEFAULT_MAX_UNACKED_BYTES = 1024 * 1024 * 1024
 
+#: How an actor reconnects by default: for about a minute (a training loop restarted after a crash,
+#: or by Ray Train), where a simulator's client gives up after a few seconds.
+_RECONNECT_DEFAULTS = {"retry_attempts": 30, "backoff_cap": 2.0}
+
 logger = logging.getLogger(__name__)
 
 
@@ -77,7 +81,9 @@ class RLinkActor:
         max_unacked_bytes: bytes of samples that may await confirmation at once (and, as many
             again, wait to be sent): the actor's memory for them.
         client_options: further :class:`~.connection.RLinkClient` arguments (``retry_attempts``,
-            ``connect_wait``, ``secret``, TLS files, ...).
+            ``connect_wait``, ``secret``, TLS files, ...). An actor reconnects for about a minute
+            by default (``retry_attempts=30``, ``backoff_cap=2.0``): long enough for a training
+            loop restarted after a crash to listen again.
 
     Raises:
         ValueError: as :class:`~.connection.RLinkClient`, or a bound that is not an int >= 1.
@@ -92,6 +98,8 @@ class RLinkActor:
             if value is not None and (type(value) is not int or value < 1):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         steps = DEFAULT_MAX_UNACKED if max_unacked is None else max_unacked
+        for name, value in _RECONNECT_DEFAULTS.items():
+            client_options.setdefault(name, value)
         self.client = RLinkClient(address, timeout=timeout, reliable=reliable, max_unacked=steps,
                                   extensions=ACTOR_EXTENSIONS, **client_options)
         window = self.client.window
@@ -158,6 +166,22 @@ class RLinkActor:
         if update.seq_no == 0 and not update.params:
             return None
         return RemoteModel({name: np.asarray(value) for name, value in update.params.items()}, update.seq_no)
+
+    @property
+    def confirmed(self) -> int:
+        """Samples confirmed so far: the dataset's loop has them (reads the ``ACK``\ s that came; waits for none).
+
+        Samples are confirmed in the order put, so these are the first
+        ``confirmed`` ones. A reliable actor whose connection dropped
+        reconnects here.
+
+        Raises:
+            ConnectFailed, ConnectionLost, ServerError, ClientClosed.
+        """
+        self._sender.check()
+        if self._ready:
+            self._shared.call(self.client.poll)
+        return self.client.stats.steps_acked
 
     def flush(self) -> None:
         """Send what was put and wait until the dataset's loop has all of it (every sample confirmed).

@@ -697,6 +697,16 @@ class RLinkClient:
         self._run("send_samples", lambda: self._deliver(job))
         return job.batch.seq
 
+    def poll(self) -> None:
+        """Read what the server sent since the last call (``ACK``\ s) without waiting for more.
+
+        A reliable client whose connection dropped reconnects here and resends what is pending.
+
+        Raises:
+            ConnectFailed, ConnectionLost, ServerError, ProtocolViolation, ClientClosed.
+        """
+        self._run("poll", lambda: self._live().poll())
+
     def wait_for_room(self) -> None:
         """Wait (bounded by ``timeout``) until the window has room for one more batch; connects if need be.
 
