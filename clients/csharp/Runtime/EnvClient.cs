@@ -110,6 +110,9 @@ namespace Rlinks
             if (config == null)
                 throw new UsageException(client.Address + " describes itself only as RLlib's pickle (RLlib's own server); this client needs rlinks' runner");
             served = options.Inference == Inference.Served;
+            // A pacing runner takes about this many batches of each client per sample(): more in flight would be sampled with older weights.
+            if (!config.OnPolicy && config.PacedInFlight > 0 && config.PacedInFlight < client.Options.MaxUnacked)
+                client.Options.MaxUnacked = (int)config.PacedInFlight;
             if (config.MultiAgent != null && client.Agreed(Extension.MultiAgent))
             {
                 // Served actions are single-agent only (PROTOCOL.md 10.6): every module runs here.

@@ -56,6 +56,8 @@ namespace Rlinks
         public bool OnPolicy = true;
         public string FcnetActivation = "tanh";
         public string HeadFcnetActivation = "relu";
+        /// <summary>Off-policy, a pacing runner's batches per client per sample(): sent and unconfirmed at most (0: not said).</summary>
+        public long PacedInFlight;
         /// <summary>A multi-agent runner's modules and mapping (PROTOCOL.md 9), or null.</summary>
         public MultiAgentConfig MultiAgent;
 
@@ -82,6 +84,7 @@ namespace Rlinks
             if (!(fragment is long) || (long)fragment < 1) throw Malformed("'rollout_fragment_length' must be an int >= 1");
             c.RolloutFragmentLength = (long)fragment;
             if (d.Get("on_policy") is bool) c.OnPolicy = (bool)d.Get("on_policy");
+            if (d.Get("paced_in_flight") is long && (long)d.Get("paced_in_flight") >= 1) c.PacedInFlight = (long)d.Get("paced_in_flight");
             var multi = d.Get("multi_agent") as MsgMap;
             if (multi != null) c.MultiAgent = ReadMultiAgent(multi);
             var model = d.Get("model_config") as MsgMap;
