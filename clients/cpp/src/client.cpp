@@ -191,7 +191,9 @@ WeightsUpdate Client::send_episodes_and_get_state(std::vector<Value> episodes) {
     ~Clear() { awaiting = nullptr; }
   } clear{awaiting_state_};
   const Value reply = run(what, [&] {
-    drain();
+    // Sent on this connection already (a reconnect's resend_pending sent it again): its SET_STATE may be
+    // here by now, and drain() would take it for a reply to nothing. await() takes ACKs and ERRORs too.
+    if (batch->sent_on != generation_) drain();
     if (batch->sent_on != generation_) {
       if (batch->sent_on != 0 && !batch->seq) {
         // Written in full on a connection that then dropped, and nothing says
