@@ -347,3 +347,77 @@ def test_the_live_line_and_the_table_say_what_share_was_dropped():
     second = row_from_result(result(2, 200, 1200), time_s=2.0, clients=1, previous=first)
     assert (first[DROPPED_SHARE_COLUMN], second[DROPPED_SHARE_COLUMN]) == (0.75, 0.9)
     assert second[DROPPED_COLUMN] == 1200 and format_row(second).endswith("| dropped 90%")
+
+
+def test_a_learner_that_drops_most_of_what_arrives_says_why_and_what_to_set():
+    from rlinks_rllib.training.report import DROPPED_SHARE_COLUMN, drop_advice
+
+    assert drop_advice({}) is None and drop_advice({DROPPED_SHARE_COLUMN: 0.5}) is None
+    advice = drop_advice({DROPPED_SHARE_COLUMN: 0.96})
+    assert "96%" in advice and "off_policy_backlog: pace" in advice and "docs/CONFIG.md" in advice
+
+
+@pytest.mark.timeout(180)
+def test_paced_a_local_client_keeps_one_batch_in_flight_so_its_steps_are_a_few_updates_old(ray_local):
+    """``paced_in_flight``: a paced runner's local clients sample with weights a few updates old.
+
+    The test plays RLlib: a ``sample()``, then new weights, 80 times. The
+    client (EnvClient, local inference, off-policy) steps CartPole flat out
+    beside it. Paced, it used to keep up to ``max_unacked`` (16) batches
+    sent and unconfirmed plus 4 queued, all sampled with the weights of
+    then: a lag of some 20 updates. Counted, not timed: the batches it
+    has unconfirmed before each ``sample()`` and the lag of every batch
+    the runner hands over.
+    """
+    import threading
+
+    import gymnasium as gym
+    from ray.rllib.core import COMPONENT_RL_MODULE
+    from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+    from rlinks_rllib.client import EnvClient
+
+    runner = _dqn_runner(off_policy_backlog="pace")
+    address = "127.0.0.1:%d" % runner.address[1]
+    stop, errors, clients = threading.Event(), [], []
+
+    def play() -> None:
+        try:
+            env = gym.make("CartPole-v1")
+            with EnvClient(address, on_policy=False, timeout=60.0) as client:
+                clients.append(client)
+                obs, _ = env.reset(seed=0)
+                while not stop.is_set():
+                    obs, reward, terminated, truncated, _ = env.step(client.act(obs))
+                    client.report(reward, obs, terminated, truncated)
+                    if terminated or truncated:
+                        obs, _ = env.reset()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    try:
+        deadline = time.monotonic() + 60
+        while runner.get_transport_stats().get("steps_in", 0) == 0:
+            assert not errors and time.monotonic() < deadline, errors or "no step came"
+            time.sleep(0.05)
+        unconfirmed, handed = [], 0
+        for version in range(1, 81):
+            unconfirmed.append(clients[0].stats.delivery.unacked)
+            handed += sum(len(e) for e in runner.sample())
+            runner.set_state({COMPONENT_RL_MODULE: runner.module.get_state(), WEIGHTS_SEQ_NO: version})
+        lag = runner.get_metrics()["rlinks"]["policy_lag_max"].peek()
+        print(f"\npaced: {handed} steps handed over in 80 updates; unconfirmed before a sample() at most "
+              f"{max(unconfirmed)}; policy lag at most {lag} updates")
+        assert not errors, errors
+        assert handed >= 5 * 40, handed  # the client kept up: most calls got their fragment
+        assert max(unconfirmed) <= 1, unconfirmed
+        assert lag <= 4, lag
+    finally:
+        stop.set()
+        deadline = time.monotonic() + 30
+        while player.is_alive() and time.monotonic() < deadline:
+            runner.sample()  # the client's last batch is confirmed, so it closes
+        runner.stop()
+        player.join(10)

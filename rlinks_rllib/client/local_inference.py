@@ -31,7 +31,7 @@ from .multi_agent import PolicySet
 from .policy import Policy
 from .policy_choice import policy_for
 from .sampling import PolicyOutput
-from .sender import BackgroundSender
+from .sender import BackgroundSender, paced_in_flight
 from .shared_client import SharedClient
 
 __all__ = ["LocalInference", "stack_rows"]
@@ -90,7 +90,8 @@ class LocalInference:
         self._left: dict[int, set[str]] = {}
         self._unsent = 0
         self._sender = None if on_policy else BackgroundSender(
-            client, timeout=timeout, weights_every_s=weights_every_s, weights_seq_no=update.seq_no, logger=logger)
+            client, timeout=timeout, weights_every_s=weights_every_s, weights_seq_no=update.seq_no,
+            in_flight=paced_in_flight(config), logger=logger)
 
     # -- the loop's calls ---------------------------------------------------------------
 

@@ -13,6 +13,13 @@ The hand-over queue holds ``depth`` batches: when the network or the runner
 falls that far behind, :meth:`BackgroundSender.send` waits for room (bounded
 by ``timeout``), so memory stays bounded and nothing is dropped unseen.
 
+A runner that paces its clients (``off_policy_backlog: pace``) names how many
+batches it takes of each at its next ``sample()`` (``paced_in_flight`` in its
+``SET_CONFIG``, usually 1): then :meth:`BackgroundSender.send` waits until
+fewer than that many batches are handed over and not yet confirmed, so the
+loop samples its next batch with the weights that came with the last ``ACK``
+instead of running ``max_unacked`` + ``depth`` batches ahead with old ones.
+
 An error in the thread (the learner ended, the connection was lost for good)
 is raised again from the loop's next :meth:`~BackgroundSender.send` or
 :meth:`~BackgroundSender.check` call.
@@ -24,20 +31,28 @@ import logging
 import queue
 import threading
 import time
-from typing import Optional
+from typing import Any, Mapping, Optional
 
+from ..protocol.config import PACED_IN_FLIGHT_KEY
 from ..protocol.extensions import Extension
 from .connection import WeightsNotice, WeightsUpdate
 from .errors import ServerTimeout
 from .shared_client import SharedClient
 
-__all__ = ["BackgroundSender", "WEIGHTS_POLL_S", "WeightsSchedule"]
+__all__ = ["BackgroundSender", "WEIGHTS_POLL_S", "WeightsSchedule", "paced_in_flight"]
 
 _STOP = object()
 
 #: Seconds between two weight requests when the runner names no version in its
 #: ACKs (RLlib's own server, or no ACK came for that long).
 WEIGHTS_POLL_S = 1.0
+
+
+def paced_in_flight(config: Mapping[str, Any]) -> Optional[int]:
+    """The runner's ``paced_in_flight`` from its ``SET_CONFIG`` description; ``None`` when absent or not a
+    whole number of at least 1 (then the client is not held to it: a runner's mistake never stalls it)."""
+    value = config.get(PACED_IN_FLIGHT_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 class WeightsSchedule:
@@ -94,15 +109,23 @@ class BackgroundSender:
             :class:`WeightsSchedule`; ``None``: as soon as the runner names newer weights).
         weights_seq_no: the version of the weights the client holds now.
         depth: batches the hand-over queue holds.
+        in_flight: the runner's ``paced_in_flight``: at most this many batches
+            handed over and not yet confirmed; ``None``: only ``depth`` and the
+            client's ``max_unacked`` bound them.
         logger: where delivery failures are logged.
     """
 
     def __init__(self, client: SharedClient, *, timeout: float, weights_every_s: Optional[float],
-                 weights_seq_no: int = 0, depth: int = 4, logger: Optional[logging.Logger] = None) -> None:
+                 weights_seq_no: int = 0, depth: int = 4, in_flight: Optional[int] = None,
+                 logger: Optional[logging.Logger] = None) -> None:
+        if in_flight is not None and in_flight < 1:
+            raise ValueError(f"in_flight must be at least 1, got {in_flight}")
         self._client = client
         self._timeout = timeout
         self._schedule = WeightsSchedule(weights_every_s, weights_seq_no, time.monotonic())
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        #: Paced: one slot per batch handed over and not yet confirmed (taken by send(), given back on its ACK).
+        self._slots = None if in_flight is None else threading.BoundedSemaphore(in_flight)
+        self._queue: queue.Queue = queue.Queue(maxsize=depth if in_flight is None else max(depth, in_flight))
         self._log = logger or logging.getLogger(__name__)
         self._lock = threading.Lock()
         self._newest: Optional[WeightsUpdate] = None
@@ -111,13 +134,15 @@ class BackgroundSender:
         self._thread.start()
 
     def send(self, chunks: list) -> None:
-        """Hand a batch to the thread; waits while ``depth`` batches are queued.
+        """Hand a batch to the thread; waits while ``depth`` batches are queued (paced: ``in_flight`` unconfirmed).
 
         Raises:
             ServerTimeout: no room within ``timeout`` (the runner takes nothing).
             The thread's error, if it failed (e.g. TrainingEnded).
         """
         deadline = time.monotonic() + self._timeout
+        if self._slots is not None:
+            self._take_slot(deadline)
         while True:
             self.check()
             try:
@@ -128,6 +153,14 @@ class BackgroundSender:
                     raise ServerTimeout(
                         f"the runner took no batch for {self._timeout:g} s ({self._queue.maxsize} waiting to be sent)"
                     ) from None
+
+    def _take_slot(self, deadline: float) -> None:
+        """Wait until fewer than ``in_flight`` batches are handed over and unconfirmed (bounded by ``deadline``)."""
+        while not self._slots.acquire(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
+            self.check()
+            if time.monotonic() >= deadline:
+                raise ServerTimeout(f"the runner confirmed none of this client's batches for {self._timeout:g} s "
+                                    f"(paced: it takes them one sample() at a time)")
 
     def check(self) -> None:
         """Raise the thread's error, if it had one."""
@@ -163,6 +196,9 @@ class BackgroundSender:
                     return
                 self._client.call(self._client.raw.send_episodes, item)
                 raw = self._client.raw
+                if self._slots is not None:
+                    self._client.call(raw.flush)  # its ACK: the runner handed it to RLlib
+                    self._slots.release()
                 now = time.monotonic()
                 if self._schedule.due(now, Extension.WEIGHTS_NOTICE.value in raw.server_extensions,
                                       raw.weights_notice):

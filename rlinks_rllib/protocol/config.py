@@ -14,7 +14,9 @@ code when unpickled. Ours sends a plain map instead::
       "model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh",
                        "vf_share_layers": false, ...},
       "weights_layout": {"pi.net.mlp.0.weight": [2, 256], ...},  # optional
-      "policy_graph": <bin>           # optional: ONNX bytes, to a client that asked (policy_graph)
+      "policy_graph": <bin>,          # optional: ONNX bytes, to a client that asked (policy_graph)
+      "paced_in_flight": 1            # optional: an off-policy client keeps at most this many batches
+                                      # sent and not yet confirmed (a runner that paces its clients)
     }
 
 When the runner is told ``unsafe_pickle_config`` the ``config`` field holds
@@ -29,11 +31,14 @@ from typing import Any, Mapping
 from .errors import InvalidMessage
 from .spaces import check_space
 
-__all__ = ["CONFIG_VERSION", "POLICY_GRAPH_KEY", "build_config", "read_config"]
+__all__ = ["CONFIG_VERSION", "PACED_IN_FLIGHT_KEY", "POLICY_GRAPH_KEY", "build_config", "read_config"]
 
 CONFIG_VERSION = 1
 #: The description's key for the exported policy graph (``policy_graph`` extension).
 POLICY_GRAPH_KEY = "policy_graph"
+#: The description's key for how many batches an off-policy client may have sent and not yet had confirmed
+#: (a runner that paces its clients, ``off_policy_backlog: pace``); absent: as many as the client likes.
+PACED_IN_FLIGHT_KEY = "paced_in_flight"
 
 
 def build_config(

@@ -42,7 +42,7 @@ from ray.rllib.utils.numpy import convert_to_numpy
 
 from .._version import SERVER_AGENT
 from ..protocol import messages as msgs
-from ..protocol.config import POLICY_GRAPH_KEY, build_config
+from ..protocol.config import PACED_IN_FLIGHT_KEY, POLICY_GRAPH_KEY, build_config
 from ..protocol.spaces import describe_space
 from .episodes import EpisodeIngest
 from .forward import ModuleForward, NumpyForward, served_actions_unsupported
@@ -53,7 +53,7 @@ from .listener import RLinkServer
 from .metrics import (RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, log_takeovers,
                       runner_key)
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
-from .offpolicy import EpisodeAliases, StepCredit, backlog_steps
+from .offpolicy import PACED_IN_FLIGHT, EpisodeAliases, StepCredit, backlog_steps
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .recorder import runner_recorder
 from .scheduler import SamplePacer, WeightsChange
@@ -688,6 +688,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
     def _config_message(self, with_graph: bool = False) -> dict:
         cfg = self.config
         extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
+        if not self.on_policy and not self._drop_backlog:
+            extra[PACED_IN_FLIGHT_KEY] = PACED_IN_FLIGHT  # paced: no batch sampled long before its turn
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
         params = self._module_params()
         observation_space, action_space = cfg.observation_space, cfg.action_space

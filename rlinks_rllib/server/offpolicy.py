@@ -16,6 +16,12 @@ assumption true instead of handing over whatever has arrived:
   (confirmed to their clients, so never sent again, and counted); with
   ``pace`` the inbox holds no more than that, so reading from clients
   pauses and their sends wait: the simulators are paced to the learner.
+  A paced runner also tells its clients to keep no more than
+  :data:`PACED_IN_FLIGHT` batches sent and unconfirmed (``paced_in_flight``
+  in ``SET_CONFIG``): what they send is then sampled with weights a few
+  updates old, not the learner's of a minute ago (each client used to keep
+  up to ``max_unacked`` batches in flight, sampled with old weights, while
+  the paced runner took one fragment per ``sample()``).
 * :class:`EpisodeAliases` gives a chunk whose episode lost an earlier chunk
   to a drop a fresh episode id: RLlib's replay buffer joins the chunks of
   one id and refuses one that does not continue the last.
@@ -26,10 +32,14 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable
 
-__all__ = ["BACKLOG_MODES", "StepCredit", "EpisodeAliases", "backlog_steps"]
+__all__ = ["BACKLOG_MODES", "PACED_IN_FLIGHT", "StepCredit", "EpisodeAliases", "backlog_steps"]
 
 #: Values of the ``off_policy_backlog`` setting.
 BACKLOG_MODES = ("drop", "pace")
+
+#: Batches a paced client keeps sent and not yet confirmed: one, a fragment (a client's batches are fragments),
+#: what a ``sample()`` takes next.
+PACED_IN_FLIGHT = 1
 
 #: The default backlog, in fragments (sample() calls' worth of steps).
 _DEFAULT_BACKLOG_FRAGMENTS = 4

@@ -23,7 +23,7 @@ from . import quiet
 from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .files import write_json_whole
 from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
-from .report import format_return, format_row, plot_curve, row_from_result, write_csv
+from .report import drop_advice, format_return, format_row, plot_curve, row_from_result, write_csv
 from .tensorboard import TensorBoardLog
 from .sigterm import StoppedWaiting, sigterm_sets
 from .timings import IterationTimes
@@ -397,6 +397,7 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
     times = IterationTimes()
     wait_for_simulators = not is_offline(algo.config) and counts_results_as_fragments(algo.config)
     runners: list = []  # as the runners answered after the last iteration
+    advised = False  # whether the learner said why most of what arrived was dropped (said once)
     board = TensorBoardLog(output, print_fn)  # event files beside progress.csv: tensorboard --logdir OUTPUT
     for iteration in range(1, stop_iters + 1):
         if (wait_for_simulators and _simulators_silent(runners)
@@ -417,6 +418,9 @@ def _train(algo, opts: LearnerOptions, rows: list[dict], directory, addresses: l
                               times=times.update(result))
         rows.append(row)
         print_fn(format_row(row, stop_reward))
+        if not advised and (advice := drop_advice(row)) is not None:
+            print_fn(advice)
+            advised = True
         board.add(result, row)
         write_csv(rows, output / "progress.csv")
         if opts.checkpoint_every and iteration % opts.checkpoint_every == 0:

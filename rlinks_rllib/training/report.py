@@ -26,7 +26,7 @@ from ..server.metrics import TAKEOVER_RATE
 from .files import write_text_whole
 from .timings import TIME_COLUMNS
 
-__all__ = ["COLUMNS", "row_from_result", "format_row", "format_return", "write_csv", "plot_curve"]
+__all__ = ["COLUMNS", "row_from_result", "format_row", "format_return", "write_csv", "plot_curve", "drop_advice"]
 
 COLUMNS = ("iteration", "env_steps", "env_steps_iter", "episode_return_mean", "time_s", "steps_per_s", "clients",
            "weights_seq_no", "policy_lag_max", *TIME_COLUMNS)
@@ -88,6 +88,27 @@ def _dropped(rlinks: dict, handed: int, previous: dict | None) -> dict:
         return {}
     now = dropped - _count((previous or {}).get(DROPPED_COLUMN))
     return {DROPPED_COLUMN: dropped, DROPPED_SHARE_COLUMN: round(now / (now + handed), 4) if now + handed > 0 else 0.0}
+
+
+#: A learner whose runners drop more than this share of what arrives is told once why and what to set.
+DROP_ADVICE_SHARE = 0.5
+
+
+def drop_advice(row: Mapping) -> Optional[str]:
+    """What to tell a user whose off-policy runners dropped most of an iteration's steps; ``None`` otherwise.
+
+    The runners drop the oldest steps beyond their backlog (``off_policy_backlog:
+    drop``, the default), and the live line shows it as ``dropped``; the
+    usual cause is simulators that share the learner's machine and take the
+    cores it trains on, which nothing else says at run time.
+    """
+    share = row.get(DROPPED_SHARE_COLUMN)
+    if share is None or not share > DROP_ADVICE_SHARE:
+        return None
+    return (f"the runners dropped {share:.0%} of the steps that arrived: the learner takes fewer than the "
+            f"simulators send, and trains on the freshest. If the simulators run on the learner's machine, they "
+            f"take the cores it trains on: set 'off_policy_backlog: pace' in the config's rlinks section, so they "
+            f"wait for the learner and send what it takes (docs/CONFIG.md)")
 
 
 def _takeover_rate(rlinks: dict) -> dict:
