@@ -44,6 +44,16 @@ from two threads at once, and the consumer's thread writes ``ACK`` messages whil
 the connection's thread reads: so a TLS socket is non-blocking and every call
 on it (handshake, read, write) is made under the session's lock, waiting in
 ``select()`` outside it. Plain TCP keeps blocking writes and lock-free reads.
+
+RLlink over WebSocket (PROTOCOL.md 16) comes in on the same port, after TLS
+if TLS is on (``ws://``, ``wss://``), as to a runner: the first bytes tell
+(:class:`~..protocol.websocket.FirstBytes`), and an upgrade's bytes go
+through a :class:`~.websocket.ServerWebSocket` (the upgrade, the
+``ws_allowed_origins`` check, one RLlink message per binary message) to the
+same Connection. The consumer's thread writes its ``ACK`` through that
+WebSocket too, so with WebSocket every call on it is made under the
+session's lock, reads included; its messages are copied once (no reading
+straight into a body buffer, which stays plain RLlink's).
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from .._version import SERVER_AGENT
 from ..protocol.auth import Secret, normalize_secret
@@ -75,7 +85,8 @@ from ..protocol.connection import (
 from ..protocol.errors import ErrorCode, LocalProtocolError, ProtocolError
 from ..protocol.extensions import Extension
 from ..protocol.framing import encode_body_once
-from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES
+from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, HANDSHAKE_MAX_FRAME_BYTES
+from ..protocol.websocket import FirstBytes
 from ..protocol.weights import build_state
 from .errors import IngestError
 from .inbox import Batch, Inbox
@@ -84,6 +95,7 @@ from .sample_model import SimulatorModel
 from .settings import is_loopback
 from .stats import LogLimiter
 from .tls import tls_server_context
+from .websocket import ServerWebSocket
 
 __all__ = ["SampleServer", "SampleStats", "Received", "LearnerNode", "SAMPLE_EXTENSIONS"]
 
@@ -173,7 +185,7 @@ def _wait_ready(sock: socket.socket, want_write: bool, timeout: float) -> None:
 class _Session:
     """One actor's connection: its socket, its Connection, and a lock for writes from two threads.
 
-    With TLS (``tls``) the lock covers reads too (see the module's docstring).
+    With TLS (``tls``) or WebSocket (:attr:`ws`) the lock covers reads too (see the module's docstring).
     """
 
     def __init__(self, sock: socket.socket, peer: Any, conn: Connection, *, tls: bool = False) -> None:
@@ -195,6 +207,10 @@ class _Session:
         self.broken = False
         #: TLS only: the handshake is done (before it, an ``ERROR`` can't be sent: the socket is just closed).
         self.tls_ready = False
+        #: Until the first bytes tell RLlink from a WebSocket upgrade (PROTOCOL.md 16); then ``None``.
+        self.first: Optional[FirstBytes] = FirstBytes()
+        #: The WebSocket the actor's RLlink travels in, if it upgraded (set under :attr:`lock`).
+        self.ws: Optional[ServerWebSocket] = None
 
     def flush_locked(self) -> None:
         """Send what the connection has to send (the caller holds :attr:`lock`).
@@ -202,7 +218,8 @@ class _Session:
         Raises:
             OSError: the peer is gone; TimeoutError: it read nothing for ``_SEND_TIMEOUT_S``.
         """
-        for part in _coalesced(self.conn.data_to_send()):
+        parts = self.conn.data_to_send() if self.ws is None else self.ws.data_to_send()
+        for part in _coalesced(parts):
             if self.tls:
                 self._send_tls_locked(part)
             else:
@@ -259,10 +276,14 @@ class SampleServer:
         window: the samples one actor may leave unconfirmed, named in the handshake, for a
             consumer that confirms late (:meth:`receive`); ``None``: names none (actors keep
             their own default window; :meth:`take` confirms on taking).
+        ws_allowed_origins: the runner's setting of that name (``server/settings.py``, same
+            default): the page origins whose WebSocket upgrade is let in (``"*"``: any); an
+            ``Origin`` not among them gets HTTP 403. An actor that is a program (``ws://`` from
+            Python, Node) sends no ``Origin`` and is always let in.
 
     Raises:
-        ValueError: a bound is not positive, a TLS file is given without ``tls_cert_file``, or the
-            secret is too short or too long.
+        ValueError: a bound is not positive, a TLS file is given without ``tls_cert_file``, the
+            secret is too short or too long, or ``ws_allowed_origins`` is not a list of origins.
         OSError: the port is taken, or a TLS file can't be read.
         ssl.SSLError: a TLS file is not a valid PEM certificate or key, or the key doesn't match.
     """
@@ -284,6 +305,7 @@ class SampleServer:
         model: Optional[SimulatorModel] = None,
         episodes: Optional[EpisodeReader] = None,
         window: Optional[int] = None,
+        ws_allowed_origins: Iterable[str] = (),
     ) -> None:
         if (model is None) != (episodes is None):
             raise ValueError("give model and episodes together (simulators need both) or neither")
@@ -294,6 +316,10 @@ class SampleServer:
                             ("window", 1 if window is None else window)):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        origins = None if isinstance(ws_allowed_origins, str) else tuple(ws_allowed_origins)
+        if origins is None or not all(isinstance(origin, str) and origin for origin in origins):
+            raise ValueError(f"ws_allowed_origins must be a list of origins, got {ws_allowed_origins!r}")
+        self.ws_allowed_origins = origins
         self.host = host
         self.max_clients = max_clients
         self.max_frame_bytes = max_frame_bytes
@@ -524,8 +550,10 @@ class SampleServer:
             if conn.handshaking and time.monotonic() > handshake_by:
                 self._end(session, ErrorCode.LIMIT_EXCEEDED, f"no handshake within {self.handshake_timeout:g} s")
                 return "handshake timeout"
+            # WebSocket (or not told yet): every read lands in ``small``, and the WebSocket copies it.
+            stream = session.first is not None or session.ws is not None
             if session.tls:
-                target = conn.read_buffer()
+                target = None if stream else conn.read_buffer()
                 n = self._recv_tls(session, small if target is None else target)
                 if n is None:
                     continue
@@ -533,19 +561,64 @@ class SampleServer:
                 readable, _, _ = select.select([sock], [], [], _POLL_S)
                 if not readable:
                     continue
-                target = conn.read_buffer()
+                target = None if stream else conn.read_buffer()
                 n = sock.recv_into(small if target is None else target)
-            if target is not None:
-                if n:
-                    conn.received_into(n)
-            elif n:
-                conn.receive_data(memoryview(small)[:n])
-            if not n:
+            if stream:
+                self._stream_bytes(session, memoryview(small)[:n])
+            elif not n:
                 conn.receive_eof()
+            elif target is not None:
+                conn.received_into(n)
+            else:
+                conn.receive_data(memoryview(small)[:n])
             ended = self._handle_events(session)
             if ended:
                 return ended
         return "server stopping"
+
+    def _stream_bytes(self, session: _Session, data: memoryview) -> None:
+        """The stream's first bytes (RLlink or a WebSocket upgrade?), or bytes of a WebSocket; empty: its end.
+
+        Raises:
+            ProtocolError: the Connection refused what came (plain RLlink, as always).
+        """
+        first = session.first
+        if first is not None:
+            start = first.feed(data) if data else b""
+            if start is None:
+                return  # a prefix of "GET ": too soon to tell (the handshake deadline runs)
+            session.first = None
+            if not first.websocket:
+                if start:
+                    session.conn.receive_data(start)
+                else:
+                    session.conn.receive_eof()  # gone before saying anything (or a prefix of "GET " only)
+                return
+            ws = ServerWebSocket(session.conn, allowed_origins=self.ws_allowed_origins,
+                                 max_message_bytes=self.max_frame_bytes,
+                                 handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, self.max_frame_bytes))
+            with session.lock:
+                session.ws = ws
+            data = memoryview(start)
+        ws = session.ws
+        assert ws is not None
+        with session.lock:  # the consumer's thread writes ACKs through the same WebSocket
+            if data:
+                ws.receive_data(data)
+            else:
+                ws.receive_eof()
+
+    def _websocket_ended(self, session: _Session) -> str:
+        """The WebSocket layer is done (an upgrade refused, a close frame answered): why, logged if refused."""
+        ws = session.ws
+        assert ws is not None
+        if ws.refusal is None:
+            return f"client closed the WebSocket ({ws.close_text or 'no close frame'})"
+        self.stats.refused += 1
+        if self._log_limiter.allow():
+            logger.warning("samples: client %s (%s) refused: WebSocket upgrade refused: %s", session.client_id,
+                           session.peer, ws.refusal)
+        return f"WebSocket upgrade refused ({ws.refusal_code})"
 
     def _tls_handshake(self, session: _Session) -> bool:
         """Run the TLS handshake on ``session``'s socket; ``False`` if it failed (counted and logged).
@@ -625,9 +698,15 @@ class SampleServer:
         while True:
             with session.lock:
                 event = conn.next_event()
+                ws = session.ws
                 if event is None:
+                    if ws is not None and ws.error is not None:
+                        raise ws.error  # the WebSocket layer's refusal, after the messages before it
                     session.flush_locked()  # what the connection answered by itself (PONG with AUTH's challenge)
-                    return None
+                    if ws is None or not ws.finished:
+                        return None
+            if event is None:
+                return self._websocket_ended(session)
             if isinstance(event, SamplesReceived):
                 self._received(session, event.samples, event.seq, event.frame_bytes, flush=event.flush)
             elif isinstance(event, EpisodesReceived):
@@ -644,6 +723,9 @@ class SampleServer:
                     conn.send_config(frame)
                     session.flush_locked()
             elif isinstance(event, (ConnectionClosed, ErrorReceived)):
+                if ws is not None:
+                    with session.lock:
+                        session.flush_locked()  # the answer to the actor's close frame (RFC 6455)
                 return f"{event}"
             else:
                 self._end(session, ErrorCode.UNSUPPORTED_MESSAGE,
@@ -761,6 +843,8 @@ class SampleServer:
             if not session.closed and (session.tls_ready or not session.tls):
                 try:
                     session.conn.send_error(code, reason)
+                    if session.ws is not None:
+                        session.ws.close(code, reason)  # before the upgrade is done: an HTTP answer instead
                     session.flush_locked()
                 except (OSError, LocalProtocolError):
                     pass  # the peer is gone or was told already; the socket is closed next either way

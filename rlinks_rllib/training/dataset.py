@@ -106,6 +106,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
             ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it);
             ``tls_cert_file`` (with ``tls_key_file``, and ``tls_client_ca_file`` to require client
             certificates) switches TLS on: actors connect to ``tls://HOST:PORT`` (docs/DATASET.md).
+            Actors may also connect over WebSocket (``ws://``, ``wss://`` with TLS) with no option;
+            ``ws_allowed_origins`` lets browser pages of those origins in (the runner's setting).
 
     Raises:
         ValueError: both ``port`` and ``base_port``, both ``spaces`` and ``env``, a bad bound, or
