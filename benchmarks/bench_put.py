@@ -1,6 +1,19 @@
-"""put() of camera images into a training loop's dataset, vs a raw loopback socket, in one run (issue #22).
+"""put() into a training loop's dataset, vs a raw loopback socket, in one run (issues #22 and #31).
 
-Four actor processes each send ``--samples`` samples of one 480x640x3 uint8
+Small samples (``{"obs": float32[4], "i": i}``, the documented defaults:
+``RLinkDataset()`` iterated one sample at a time, ``RLinkActor(address)``):
+
+* latency: one ``put`` then ``flush`` (returns once the loop has the
+  sample), 200 times; raw: the same dict packed with msgpack (the array as
+  its bytes) and sent on a loopback socket to a thread that unpacks it and
+  hands it through a bounded queue to a consumer thread, which answers one
+  byte once it has it. p50 in milliseconds; aim <= 0.2 ms.
+* streaming: ``--small`` puts then one ``flush``; raw: as many packed
+  dicts sent back to back, one byte back once the consumer has the last.
+  Samples/s; aims >= 50,000/s and >= 0.25x raw. The actor runs in a
+  process of its own on both sides; so does the raw sender.
+
+Camera samples: actor processes each send ``--samples`` samples of one 480x640x3 uint8
 image and one 50x14 float32 action chunk (the seed's robot, ~0.92 MB each):
 
 * ours: ``RLinkActor.put`` (reliable, one ``SAMPLES`` message per sample,
@@ -24,7 +37,7 @@ raw, TLS, ours, ...); a ratio is the median of per-round ratios. Aim: >= 0.5x. T
 seed's own package (``rlinks`` 1.0.3) was measured at 29 MB/s from one
 actor and 41 MB/s from four on this kind of machine. Usage::
 
-    python benchmarks/bench_put.py [--quick] [--rounds N] [--samples N] [--actors N]
+    python benchmarks/bench_put.py [--quick] [--rounds N] [--samples N] [--actors N] [--small N]
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ CHUNK_SHAPE = (50, 14)
 SAMPLE_BYTES = int(np.prod(IMAGE_SHAPE)) + int(np.prod(CHUNK_SHAPE)) * 4
 #: Samples either side holds before its senders are pushed back.
 BUFFER_SAMPLES = 64
+#: put + flush round trips timed per round (small samples).
+LATENCY_PUTS = 200
 #: Seconds a round may take before the benchmark gives up.
 ROUND_TIMEOUT_S = 300.0
 
@@ -68,6 +83,132 @@ ROUND_TIMEOUT_S = 300.0
 def _sample(seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.integers(0, 255, IMAGE_SHAPE, dtype=np.uint8), rng.random(CHUNK_SHAPE, dtype=np.float32)
+
+
+# ----------------------------------------------------------------------
+# Small samples
+
+
+def _small(i: int) -> dict:
+    return {"obs": np.full(4, i, np.float32), "i": i}
+
+
+def _ours_small_actor(address: str, count: int, result) -> None:
+    from rlinks_rllib.client.actor import RLinkActor
+
+    with RLinkActor(address) as actor:
+        actor.put(_small(-1))
+        actor.flush()
+        latencies = []
+        for i in range(LATENCY_PUTS):
+            start = now()
+            actor.put(_small(i))
+            actor.flush()
+            latencies.append(now() - start)
+        start = now()
+        for i in range(count):
+            actor.put(_small(i))
+        actor.flush()
+        result.put((median(latencies), count / (now() - start)))
+
+
+def ours_small(count: int) -> tuple[float, float]:
+    """(put+flush p50 seconds, streaming samples/s) of one RLinkActor process into an RLinkDataset read here."""
+    from rlinks_rllib.training.dataset import RLinkDataset
+
+    ctx = mp.get_context("spawn")
+    result = ctx.Queue()
+    with RLinkDataset() as dataset:
+        stop = threading.Event()
+
+        def loop() -> None:
+            for _ in dataset:
+                if stop.is_set():
+                    return
+
+        reader = threading.Thread(target=loop, daemon=True)
+        reader.start()
+        proc = ctx.Process(target=_ours_small_actor, args=(dataset.address, count, result), daemon=True)
+        proc.start()
+        got = result.get(timeout=ROUND_TIMEOUT_S)
+        proc.join(ROUND_TIMEOUT_S)
+        stop.set()
+    return got
+
+
+def _raw_small_actor(port: int, count: int, result) -> None:
+    import msgpack
+
+    packer = msgpack.Packer()
+    with socket.create_connection((LOOPBACK, port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def send(i: int) -> None:
+            sample = _small(i)
+            sock.sendall(packer.pack({"obs": sample["obs"].tobytes(), "i": i}))
+
+        latencies = []
+        for i in range(LATENCY_PUTS):
+            start = now()
+            send(i)
+            recv_exactly(sock, memoryview(bytearray(1)))
+            latencies.append(now() - start)
+        start = now()
+        for i in range(count):
+            send(i)
+        recv_exactly(sock, memoryview(bytearray(1)))
+        result.put((median(latencies), count / (now() - start)))
+
+
+def raw_small(count: int) -> tuple[float, float]:
+    """The same over a plain socket: a receiving thread unpacks, a consumer thread takes through a bounded queue.
+
+    The consumer answers one byte per latency sample and one after the
+    stream's last sample, as ``flush`` returns once the loop has it.
+    """
+    import msgpack
+    import torch
+
+    ctx = mp.get_context("spawn")
+    result = ctx.Queue()
+    listener = socket.create_server((LOOPBACK, 0))
+    proc = ctx.Process(target=_raw_small_actor, args=(listener.getsockname()[1], count, result), daemon=True)
+    proc.start()
+    conn, _ = listener.accept()
+    listener.close()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    handed: queue.Queue = queue.Queue(maxsize=256)
+
+    def receive() -> None:
+        unpacker = msgpack.Unpacker()
+        while True:
+            data = conn.recv(1 << 16)
+            if not data:
+                handed.put(None)
+                return
+            unpacker.feed(data)
+            for obj in unpacker:
+                handed.put(obj)
+
+    def consume() -> None:
+        taken = 0
+        while (obj := handed.get()) is not None:
+            torch.from_numpy(np.frombuffer(obj["obs"], np.float32).copy())  # as the dataset copies a small array
+            taken += 1
+            if taken <= LATENCY_PUTS or taken == LATENCY_PUTS + count:
+                conn.sendall(b"k")
+
+    threads = [threading.Thread(target=receive, daemon=True), threading.Thread(target=consume, daemon=True)]
+    for thread in threads:
+        thread.start()
+    got = result.get(timeout=ROUND_TIMEOUT_S)
+    proc.join(ROUND_TIMEOUT_S)
+    conn.close()
+    return got
+
+
+# ----------------------------------------------------------------------
+# Camera samples
 
 
 def _ours_actor(address: str, samples: int, seed: int, ca_file: Optional[str], ready, go) -> None:
@@ -175,9 +316,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 round, 16 samples per actor (a smoke run)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=200, help="samples per actor per round")
-    parser.add_argument("--actors", type=int, default=4)
+    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--small", type=int, default=20000, help="small samples streamed per round")
     args = parser.parse_args(argv)
     rounds, samples = (1, 16) if args.quick else (args.rounds, args.samples)
+    small = 2000 if args.quick else args.small
+    timed: dict[str, list[tuple[float, float]]] = {"ours": [], "raw": []}
+    for r in range(rounds):
+        for kind in ("ours", "raw") if r % 2 == 0 else ("raw", "ours"):
+            timed[kind].append((ours_small if kind == "ours" else raw_small)(small))
+    p50 = {kind: median(t[0] for t in got) * 1e3 for kind, got in timed.items()}
+    rate = {kind: [t[1] for t in got] for kind, got in timed.items()}
+    print_table(["small samples", "put+flush p50 ms", f"streaming {small:,} samples/s"],
+                [["put -> RLinkDataset", p50["ours"], median(rate["ours"])],
+                 ["raw msgpack socket", p50["raw"], median(rate["raw"])]])
+    print(f"  put+flush p50: {p50['ours']:.3f} ms [<= 0.2 ms]; streaming: {median(rate['ours']):,.0f} samples/s "
+          f"[>= 50,000], {median_ratio(rate['ours'], rate['raw']):.2f}x raw [>= 0.25x]")
     counts = sorted({1, args.actors})
     with tempfile.TemporaryDirectory() as tmp:
         certs = make_test_certificates(Path(tmp)) if shutil.which("openssl") else None

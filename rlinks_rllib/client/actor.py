@@ -36,6 +36,7 @@ import numpy as np
 from ..protocol.extensions import Extension
 from ..protocol.samples import encode_sample
 from .connection import DEFAULT_EXTENSIONS, RLinkClient
+from .buffer_pool import BufferPool
 from .errors import ClientError, NotAgreed
 from .sample_sender import SampleSender
 from .shared_client import SharedClient
@@ -50,6 +51,8 @@ DEFAULT_MAX_UNACKED = 64
 #: Bytes of samples in flight and waiting to be sent, at most (the actor's memory for them, twice).
 DEFAULT_MAX_UNACKED_BYTES = 1024 * 1024 * 1024
 
+#: The most bytes of array copies an actor keeps for reuse (client/buffer_pool.py).
+MAX_POOLED_BYTES = 256 * 1024 * 1024
 #: How an actor reconnects by default: for about a minute (a training loop restarted after a crash,
 #: or by Ray Train), where a simulator's client gives up after a few seconds.
 _RECONNECT_DEFAULTS = {"retry_attempts": 30, "backoff_cap": 2.0}
@@ -106,6 +109,7 @@ class RLinkActor:
         window.max_steps, window.max_bytes, window.steps_from_peer = steps, max_unacked_bytes, max_unacked is None
         self._shared = SharedClient(self.client)
         self._sender = SampleSender(self._shared, timeout=timeout, logger=logger)
+        self._pool = BufferPool(min(max_unacked_bytes, MAX_POOLED_BYTES))
         self._closed = False
         #: The first connection was made and takes samples.
         self._ready = False
@@ -142,14 +146,14 @@ class RLinkActor:
             samples: an RLlib runner, not a dataset), ConnectFailed,
             ConnectionLost, ServerError, ClientClosed.
         """
-        encoded = encode_sample(sample)
+        encoded = encode_sample(sample, self._pool.take)
         if not self._ready:
             self._connect()
         self._sender.put(encoded)
 
     def put_many(self, samples: list[Mapping[str, Any]]) -> None:
         """Send several samples, in order; as :meth:`put` otherwise (each is checked before any is sent)."""
-        encoded = [encode_sample(sample) for sample in samples]
+        encoded = [encode_sample(sample, self._pool.take) for sample in samples]
         if not self._ready:
             self._connect()
         for sample in encoded:

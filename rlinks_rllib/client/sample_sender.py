@@ -29,7 +29,7 @@ from .shared_client import SharedClient
 __all__ = ["SampleSender", "MESSAGE_BYTES"]
 
 #: The most sample bytes one message gathers (a larger sample goes alone).
-MESSAGE_BYTES = 8 * 1024 * 1024
+MESSAGE_BYTES = 1024 * 1024
 
 
 class SampleSender:

@@ -32,7 +32,7 @@ on the wire what a receiver refuses. Both raise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -142,19 +142,33 @@ class EncodedSample:
     nbytes: int
 
 
-def encode_sample(sample: Any) -> EncodedSample:
+def encode_sample(sample: Any, alloc: Optional[Callable[[int], bytearray]] = None) -> EncodedSample:
     """``sample`` checked (:func:`check_sample`) and packed as it goes inside a ``SAMPLES`` message.
 
     Packing a sample once, when it is put, is both the copy that frees the
     caller's arrays and the work the message needs: a message of many samples
     is then their buffers behind a small head (:func:`samples_body`).
 
+    Args:
+        alloc: where a large array's copy goes: a writable buffer of the
+            size asked (a pool of reused buffers saves the page faults of
+            fresh memory); ``None``: new ``bytes``.
+
     Raises:
         SampleError: the sample is malformed.
     """
     checked = check_sample(sample)
-    parts = tuple(part if isinstance(part, bytes) else bytes(part) for part in encode_body(checked))
+    parts = tuple(part if isinstance(part, bytes) else _copy(part, alloc) for part in encode_body(checked))
     return EncodedSample(parts, sum(len(part) for part in parts))
+
+
+def _copy(part: memoryview, alloc: Optional[Callable[[int], bytearray]]) -> Buffer:
+    if alloc is None:
+        return bytes(part)
+    buffer = alloc(part.nbytes)
+    view = memoryview(buffer)
+    view[:] = part
+    return view
 
 
 _PACKER = Packer(use_bin_type=True, autoreset=True)
