@@ -8,11 +8,11 @@ codec and message checks (in one piece, byte by byte and in pieces of 7) and
 re-encodes what it decoded, and ``tests/policy.gd`` runs its MLP on the
 policy vectors. Then the demo game (``clients/godot/demo``: balls that chase
 targets, on Godot's physics) trains through a real ``rlinks learner``: four
-agents in one game with served actions to its config's target, and two game
-instances on one runner, one served and one running RLlib's MLP in
-GDScript, both started before the learner is up (``connect_wait``) and
-sent to the runner by the learner's directory, which records what they send. The two
-training runs start with the session and run beside the other tests
+agents in one game with served actions to its config's target, the game
+started before the learner is up (``connect_wait``); and two game instances
+on one runner, one served and one running RLlib's MLP in GDScript, sent
+there by the learner's directory, with the runner recording what they send.
+The two training runs start with the session and run beside the other tests
 (``tests/head_start.py``).
 """
 
@@ -119,6 +119,16 @@ def test_the_addons_message_types_are_pythons():
     assert named == {member.value for member in MessageType}
 
 
+def test_a_game_waits_connect_wait_for_a_learner_then_quits_saying_why():
+    """Nothing listens: the game tries for $RLINKS_CONNECT_WAIT_S seconds, then exits 1 with a line that says so."""
+    port = _free_port()
+    done = subprocess.run(godot_command(f"--rlinks-address=127.0.0.1:{port}"), capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, RLINKS_CONNECT_WAIT_S="2"))
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert f"connection_failed: nothing answered at 127.0.0.1:{port} for 2 s (connect_wait" in output, output[-3000:]
+
+
 @dataclass
 class GodotRun:
     """What a training run of the demo left: the learner's log and exit, each game's output and exit."""
@@ -156,31 +166,57 @@ def _stop(process: subprocess.Popen, sig: int) -> None:
             process.wait(timeout=10)
 
 
-def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancelled: threading.Event,
-                   timeout_s: float) -> GodotRun:
-    """The games (godot3-server on the demo, each with its arguments) first, then ``rlinks learner`` on ``config``.
+def _start_games(tmp_path: Path, address: str, games: list[list[str]]) -> list[subprocess.Popen]:
+    # A learner's start (Ray's) can take over a minute while the rest of the suite shares the cores.
+    wait = dict(os.environ, RLINKS_CONNECT_WAIT_S=str(CONNECT_WAIT_S))
+    players = []
+    for i, args in enumerate(games):
+        with open(tmp_path / f"game{i}.log", "w") as out:  # the game writes to its own copy of the file
+            players.append(subprocess.Popen(godot_command(f"--rlinks-address={address}", *args), env=wait,
+                                            stdout=out, stderr=subprocess.STDOUT))
+    return players
 
-    The games start before the learner listens and wait for it (connect_wait). Waits until the learner
-    stops (its stop rule) within ``timeout_s``, a game fails, or ``cancelled`` is set; then stops whatever
-    still runs (the learner with SIGINT, so it stops Ray itself).
+
+def _listening_at(output: Path, learner: subprocess.Popen, log: Path) -> str:
+    """Where games connect to a learner started with ``--port 0``: its directory, else its one runner."""
+    deadline = time.monotonic() + 300
+    while not (output / "endpoints.json").exists():  # written after directory.json
+        assert learner.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the learner never listened"
+        time.sleep(0.5)
+    if (output / "directory.json").exists():
+        found = json.loads((output / "directory.json").read_text())
+    else:
+        found = json.loads((output / "endpoints.json").read_text())[0]
+    return f"{found['host']}:{found['port']}"
+
+
+def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancelled: threading.Event,
+                   timeout_s: float, games_first: bool) -> GodotRun:
+    """``rlinks learner`` on ``config``, and the games (godot3-server on the demo, each with its arguments).
+
+    ``games_first``: the games start before the learner, at a port found free just before, and wait for it
+    (connect_wait); else the learner takes any free port and the games start once it listens (a learner
+    with remote runners takes the ports after its own too, which only it can find free). Waits until the
+    learner stops (its stop rule) within ``timeout_s``, a game fails, or ``cancelled`` is set; then stops
+    whatever still runs (the learner with SIGINT, so it stops Ray itself).
     """
-    port = _free_port()
     config_path = tmp_path / "godot.yaml"
     config_path.write_text(yaml.safe_dump(config))
     started = time.monotonic()
-    outputs = [open(tmp_path / f"game{i}.log", "w+") for i in range(len(games))]
-    # A learner's start (Ray's) can take over a minute while the rest of the suite shares the cores.
-    wait = dict(os.environ, RLINKS_CONNECT_WAIT_S=str(CONNECT_WAIT_S))
-    players = [subprocess.Popen(godot_command(f"--rlinks-address=127.0.0.1:{port}", *args), stdout=out,
-                                stderr=subprocess.STDOUT, env=wait) for args, out in zip(games, outputs)]
-    log = open(tmp_path / "learner.log", "w+")
-    learner = subprocess.Popen([*RLINKS, "learner", "--config", str(config_path), "--port", str(port),
-                                "--output", str(tmp_path / "run")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    port = _free_port() if games_first else 0
+    players = _start_games(tmp_path, f"127.0.0.1:{port}", games) if games_first else []
+    log = tmp_path / "learner.log"
+    with open(log, "w") as out:
+        learner = subprocess.Popen([*RLINKS, "learner", "--config", str(config_path), "--port", str(port),
+                                    "--output", str(tmp_path / "run")], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
+        if not games_first:
+            players = _start_games(tmp_path, _listening_at(tmp_path / "run", learner, log), games)
         deadline = time.monotonic() + timeout_s
         while learner.poll() is None:
-            for player in players:
-                assert player.poll() in (None, 0), (tmp_path / "game0.log").read_text()[-3000:]
+            for i, player in enumerate(players):
+                assert player.poll() in (None, 0), (tmp_path / f"game{i}.log").read_text()[-3000:]
             assert time.monotonic() < deadline, f"the learner did not stop within {timeout_s:.0f} s"
             if cancelled.is_set():
                 raise RuntimeError("the Godot training run was cancelled before its learner stopped")
@@ -191,9 +227,7 @@ def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancell
         for player in players:
             _stop(player, signal.SIGTERM)
         _stop(learner, signal.SIGINT)
-        for out in [*outputs, log]:
-            out.close()
-    return GodotRun((tmp_path / "learner.log").read_text(), learner.returncode,
+    return GodotRun(log.read_text(), learner.returncode,
                     [(player.returncode, (tmp_path / f"game{i}.log").read_text()) for i, player in enumerate(players)],
                     time.monotonic() - started, tmp_path)
 
@@ -205,7 +239,7 @@ RUN_BOUND_S = 420
 def _four_agents_served(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
     godot_binary()  # installs it, or skips the test
     return train_the_demo(tmp_path, yaml.safe_load(DEMO_CONFIG.read_text()), [["--agents=4"]], cancelled,
-                          RUN_BOUND_S - 60)
+                          RUN_BOUND_S - 60, games_first=True)
 
 
 @pytest.mark.slow
@@ -213,7 +247,7 @@ def _four_agents_served(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
 def test_the_demo_trains_to_its_target_with_four_agents_in_the_engine(head_start):
     run = head_start
     target = yaml.safe_load(DEMO_CONFIG.read_text())["stop"]["reward"]
-    assert run.learner_code == 0 and run.reached >= target, run.learner_log[-3000:]
+    assert run.learner_code == 0 and run.reached >= target, (run.learner_log[-3000:], run.games)
     code, out = run.games[0]
     assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]
     print(f"\nthe Godot demo reached {run.reached:.1f} (target {target}) in {run.seconds:.0f} s with 4 agents; "
@@ -233,14 +267,15 @@ def _two_games_served_and_local(tmp_path: Path, cancelled: threading.Event) -> G
     config["env_runners"]["num_env_runners"] = 1
     config["rlinks"]["record_dir"] = str(tmp_path / "recording")
     return train_the_demo(tmp_path, config, [["--agents=2", "--rlinks-inference=served"],
-                                             ["--agents=2", "--rlinks-inference=local"]], cancelled, RUN_BOUND_S - 60)
+                                             ["--agents=2", "--rlinks-inference=local"]], cancelled, RUN_BOUND_S - 60,
+                          games_first=False)
 
 
 @pytest.mark.slow
 @pytest.mark.head_start(_two_games_served_and_local, bound_s=RUN_BOUND_S)
 def test_two_game_instances_one_served_one_local_train_on_one_runner_found_by_the_directory(head_start):
     run = head_start
-    assert run.learner_code == 0 and run.reached >= TWO_GAMES_TARGET, run.learner_log[-3000:]
+    assert run.learner_code == 0 and run.reached >= TWO_GAMES_TARGET, (run.learner_log[-3000:], run.games)
     assert re.search(r"clients\s+2 ", run.learner_log), run.learner_log[-3000:]
     for code, out in run.games:
         assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]

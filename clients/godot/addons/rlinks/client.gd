@@ -69,11 +69,12 @@ func open(host: String, port: int, extensions: Array, wait_s: float) -> bool:
 		code = ""
 		if _connect(host, port) and _handshake(extensions + ["endpoints"]):
 			break
-		if code != "connection_failed" or OS.get_ticks_msec() + pause_ms > deadline:
+		var now := OS.get_ticks_msec()
+		if code != "connection_failed" or now >= deadline:
 			if code == "connection_failed":
 				message = "nothing answered at %s:%d for %.0f s (connect_wait, $%s)" % [host, port, wait_s, CONNECT_WAIT_ENV]
 			return false
-		OS.delay_msec(pause_ms)
+		OS.delay_msec(min(pause_ms, deadline - now))  # the last try comes at the deadline
 		pause_ms = min(pause_ms * 2, 2000)
 	if not "endpoints" in agreed or not _is_directory:
 		return true
