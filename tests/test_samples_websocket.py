@@ -149,3 +149,13 @@ def test_wss_actor_puts_samples_and_gets_the_synced_model(certs):
             assert RLinkSyncModel(dataset).sync({"w": torch.ones(4)}) == 1
             np.testing.assert_array_equal(actor.get_remote_model().params["w"], np.ones(4, np.float32))
     assert dataset.server.stats.tls_handshakes_failed == 0
+
+
+def test_an_upgrade_left_unfinished_gets_408_at_the_handshake_deadline():
+    with SampleServer(handshake_timeout=0.5) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and nothing more
+            answer = b""
+            while data := sock.recv(4096):
+                answer += data
+        assert answer.startswith(b"HTTP/1.1 408") and b"no handshake within" in answer
