@@ -298,3 +298,20 @@ def test_camera_images_reach_torch_without_a_copy_and_stay_the_samples_own():
     # Arrays backed by bytes (copied out of their frame) are never handed out writable.
     assert _frame_view(np.frombuffer(b"\x01\x02\x03\x04", np.uint8)) is None
     assert _frame_view(np.zeros(3)) is None
+
+
+def test_a_batch_says_which_actor_sent_each_sample():
+    dataset = RLinkDataset(batch_size=4, max_samples=4, idle_timeout=10, sender_key="sender")
+    actors = [RLinkActor(dataset.address, timeout=10) for _ in range(2)]
+    try:
+        for i in range(2):
+            for a, actor in enumerate(actors):
+                actor.put({"x": np.float32(a), "index": i})
+        [batch] = list(dataset)
+        ids = [actor.client_id for actor in actors]
+        assert sorted(batch["sender"]) == sorted(ids * 2)
+        assert all(ids[int(x)] == sender for x, sender in zip(batch["x"], batch["sender"]))
+    finally:
+        dataset.close()
+        for actor in actors:
+            actor.close()

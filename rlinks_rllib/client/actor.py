@@ -172,6 +172,11 @@ class RLinkActor:
         return RemoteModel({name: np.asarray(value) for name, value in update.params.items()}, update.seq_no)
 
     @property
+    def client_id(self) -> str:
+        """This actor's id, the same across reconnects: what a dataset's ``sender_key`` names it by."""
+        return self.client.client_id
+
+    @property
     def confirmed(self) -> int:
         """Samples confirmed so far: the dataset's loop has them (reads the ``ACK``\ s that came; waits for none).
 

@@ -102,6 +102,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
             ``"transitions"`` (``obs``, ``actions``, ``rewards``, ``next_obs``, per-step done flags).
             A chunk is yielded alone, whatever ``batch_size``.
         fragment_steps: env steps a simulator records before it sends them.
+        sender_key: a key under which each sample (and episode chunk) also carries the id of the
+            actor that sent it (its ``client_id``, a str; a list in a batch); ``None``: not added.
         server_options: further :class:`~rlinks_rllib.server.samples.SampleServer` arguments; its
             ``secret`` is ``$RLINKS_SECRET`` unless given (actors then prove they know it);
             ``tls_cert_file`` (with ``tls_key_file``, and ``tls_client_ca_file`` to require client
@@ -135,6 +137,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         model_config: Optional[Mapping[str, Any]] = None,
         episodes: str = EPISODE,
         fragment_steps: int = DEFAULT_FRAGMENT_STEPS,
+        sender_key: Optional[str] = None,
         **server_options: Any,
     ) -> None:
         super().__init__()
@@ -165,6 +168,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         self.idle_timeout = idle_timeout
         self.partial_batch_after = float(partial_batch_after)
         self.max_samples = max_samples
+        self.sender_key = sender_key
         server_options.setdefault("secret", load_secret(None))
         # Two batches unconfirmed (the one the loop trains on, the next one filling) and the buffer behind them.
         server_options.setdefault("window", 2 * (batch_size or 1) + max_buffer_samples)
@@ -279,8 +283,11 @@ class RLinkDataset(torch.utils.data.IterableDataset):
                 break
             for message in self.server.receive(wait):
                 if message.episodes:
-                    self._ready.extend((item, None) for item in message.episodes[:-1])
-                    self._ready.append((message.episodes[-1], message))
+                    items = message.episodes
+                    if self.sender_key is not None:
+                        items = [{**item, self.sender_key: message.client} for item in items]
+                    self._ready.extend((item, None) for item in items[:-1])
+                    self._ready.append((items[-1], message))
                     partial_at = time.monotonic() + self.partial_batch_after
                     if deadline is not None:
                         deadline = time.monotonic() + idle
