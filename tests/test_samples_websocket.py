@@ -159,3 +159,20 @@ def test_an_upgrade_left_unfinished_gets_408_at_the_handshake_deadline():
             while data := sock.recv(4096):
                 answer += data
         assert answer.startswith(b"HTTP/1.1 408") and b"no handshake within" in answer
+
+
+def test_an_env_client_over_ws_sends_episodes_and_acts_with_the_synced_module():
+    from rlinks_rllib.client import EnvClient
+    from test_dataset_episodes import SMALL, plays_as
+
+    with RLinkDataset(env="CartPole-v1", model_config=SMALL, fragment_steps=20, idle_timeout=2) as dataset:
+        module = dataset.default_module("PPO")
+        RLinkSyncModel(dataset).sync(module)
+        chunks: list[dict] = []
+        reader = threading.Thread(target=lambda: chunks.extend(dataset))
+        reader.start()
+        with EnvClient(f"ws://127.0.0.1:{dataset.port}", explore=False, timeout=20) as client:
+            assert plays_as(client, module, 60, seed=0)  # SET_CONFIG and SET_STATE came over ws
+        reader.join(30)
+        assert not reader.is_alive()
+        assert sum(len(c["rewards"]) for c in chunks) == 60  # the client's close waited for their ACKs
