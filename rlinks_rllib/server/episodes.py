@@ -208,6 +208,8 @@ class EpisodeIngest:
         self._required_extra = required_extra
         self._on_policy = on_policy
         self.last_takeovers: Optional[Takeovers] = None
+        #: With ``takeover_terminates``: the tags of earlier messages whose held parts the last call handed on.
+        self.last_settled: tuple = ()
         #: Cuts episodes where the teacher takes over (``takeover_terminates``); None: not cut.
         self.segments: Optional[TakeoverSegments] = None
         if settings.takeover_terminates:
@@ -250,6 +252,7 @@ class EpisodeIngest:
                 continue  # an empty chunk teaches nothing; RLlib's client sends them
             markers.append((clean, marker))
         self.last_takeovers = None
+        self.last_settled = ()
         if self.segments is not None and markers:
             return self._segmented(markers, tag)
         if not any(marker is not None for _, marker in markers):
@@ -275,6 +278,7 @@ class EpisodeIngest:
         assert self.segments is not None
         self.last_takeovers = Takeovers(tuple(tally_of(clean, marker) for clean, marker in markers), 0)
         parts = self.segments.segment(markers, time.monotonic(), tag)
+        self.last_settled = tuple(dict.fromkeys(part_tag for _, part_tag in parts if part_tag != tag))
         return [episode_from_state(part) for part, _ in parts], sum(part[T] - part[T_STARTED] for part, _ in parts)
 
     def release_held(self, *, expired_only: bool = False,

@@ -72,6 +72,7 @@ from .session import READ_BUFFER_BYTES, Session
 from .settings import RLinkSettings
 from .stats import LogLimiter, ServerStats
 from .takeover import Takeovers
+from .takeover_held import HeldConfirmations
 from .tls import server_ssl_context  # moved to tls.py (shared with the sample server); re-exported
 
 __all__ = ["RLinkServer", "ServerStats", "Ingest", "SeqBatch", "server_ssl_context", "exposure_warning"]
@@ -107,6 +108,9 @@ class SeqBatch(Batch):
 
     seq: Optional[int] = None
     takeovers: Optional[Takeovers] = None
+    #: ``(client, seq)`` of earlier messages whose held-back parts this batch carries (``takeover_terminates``):
+    #: those messages are confirmed once their last part is handed to RLlib (takeover_held.py).
+    settles: tuple = ()
 
 
 def exposure_warning(settings: RLinkSettings, *, authenticated: bool, address: tuple) -> Optional[str]:
@@ -196,6 +200,8 @@ class RLinkServer:
         self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         # client_id -> (highest seq taken into the inbox, highest seq handed to RLlib).
         self._seqs: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        #: Messages whose ACK waits for a part held back from them (loop thread only; takeover_held.py).
+        self._held_acks = HeldConfirmations()
         self._by_client: dict[str, Session] = {}
         self._state_body: bytes | None = None
         self._session_numbers = 0
@@ -546,7 +552,7 @@ class RLinkServer:
 
     def already_confirmed(self, client_id: str, seq: int) -> bool:
         """Whether batch ``seq`` of ``client_id`` was handed to RLlib (and so confirmed)."""
-        return seq <= self._seqs.get(client_id, (0, 0))[1]
+        return seq <= self._seqs.get(client_id, (0, 0))[1] and not self._held_acks.owes(client_id, seq)
 
     def _mark_held(self, client_id: str, seq: int) -> None:
         _, confirmed = self._seqs.get(client_id, (0, 0))
@@ -557,6 +563,8 @@ class RLinkServer:
 
     def _confirm(self, taken: Iterable[tuple[str, int, int]]) -> None:
         for client_id, seq, steps in taken:
+            if not self._held_acks.handed(client_id, seq):
+                continue  # a part held back from it is not handed to RLlib yet: confirmed with that part
             held, confirmed = self._seqs.get(client_id, (seq, 0))
             self._seqs[client_id] = (max(held, seq), max(confirmed, seq))
             self.stats.batches_acked += 1
@@ -576,8 +584,12 @@ class RLinkServer:
                 f"{self.settings.max_episodes_per_message}",
                 code=ErrorCode.LIMIT_EXCEEDED,
             )
-        episodes, steps = self._ingest_from(wire_episodes, session.client_id, session.weights_seq_no)
+        episodes, steps = self._ingest_from(wire_episodes, session.client_id, session.weights_seq_no, seq)
         takeovers = self._takeovers()
+        settles = self._settled_by_last_ingest()
+        if seq is not None and self._segmenting:
+            held = self._ingest.segments.held_with((session.client_id, session.weights_seq_no, seq))
+            self._held_acks.owe(session.client_id, seq, 1 + held)  # confirmed with its last held part
         if seq is not None:
             self._mark_held(session.client_id, seq)
         withheld = takeovers.withheld if takeovers is not None else 0
@@ -589,6 +601,7 @@ class RLinkServer:
             return
         # A batch of taken-over steps alone still goes through the inbox: its tallies reach the metrics in order.
         self._put(SeqBatch(episodes, steps, event.frame_bytes, session.weights_seq_no, session.client_id, seq=seq,
+                           settles=settles,
                            takeovers=takeovers))
         self.scheduler.delivered(session, steps, session.weights_seq_no, withheld=withheld)
 
@@ -689,11 +702,17 @@ class RLinkServer:
             self._put(SeqBatch(episodes, steps, max(nbytes, 1), cut.weights_seq_no, _SERVED_CLIENT,
                                takeovers=takeovers))
 
-    def _ingest_from(self, chunks: list, client: str, weights_seq_no: int) -> tuple[list, int]:
+    def _ingest_from(self, chunks: list, client: str, weights_seq_no: int,
+                     seq: Optional[int] = None) -> tuple[list, int]:
         """``self._ingest(chunks)``; a segmenting ingest is told whose chunks they are, for what it holds back."""
         if self._segmenting:
-            return self._ingest(chunks, (client, weights_seq_no))
+            return self._ingest(chunks, (client, weights_seq_no, seq))
         return self._ingest(chunks)
+
+    def _settled_by_last_ingest(self) -> tuple:
+        """``(client, seq)`` of the earlier messages whose held parts the last ingest handed on with its own."""
+        tags = getattr(self._ingest, "last_settled", ()) if self._segmenting else ()
+        return tuple((client, seq) for client, _, seq in tags if seq is not None)
 
     def _put_held(self, releases: list) -> None:
         """Queue parts the ingest held back (``takeover_terminates``) as batches of their own, not confirmed.
@@ -701,8 +720,9 @@ class RLinkServer:
         Their messages were queued (and are confirmed) without them: a part
         held back is handed on once, here or with the next chunk of its episode.
         """
-        for (client, weights_seq_no), episodes, steps, takeovers in releases:
-            self._put(SeqBatch(episodes, steps, 1, weights_seq_no, client, takeovers=takeovers))
+        for (client, weights_seq_no, seq), episodes, steps, takeovers in releases:
+            self._put(SeqBatch(episodes, steps, 1, weights_seq_no, client, takeovers=takeovers,
+                               settles=() if seq is None else ((client, seq),)))
 
     def _takeovers(self) -> Optional[Takeovers]:
         """What the message just ingested held of take-overs (an ingest without the marker: nothing)."""
@@ -768,6 +788,7 @@ class RLinkServer:
         Thread-safe. Batches without a ``seq`` (clients without ``ack``) are skipped.
         """
         taken = [(b.client, b.seq, b.steps) for b in batches if getattr(b, "seq", None) is not None]
+        taken += [(client, seq, 0) for b in batches for client, seq in getattr(b, "settles", ())]
         if not taken:
             return
         self._batches_to_loop(self._confirm, taken, "handed to RLlib are not confirmed; reliable clients resend "
@@ -791,7 +812,7 @@ class RLinkServer:
             logger.warning("rlinks: the server loop is closed: %d batch(es) %s", len(batches), lost)
 
     def _hand_over_again(self, batches: list[Batch]) -> None:
-        again = [dataclasses.replace(batch, seq=None) if getattr(batch, "seq", None) is not None else batch
+        again = [dataclasses.replace(batch, seq=None, settles=()) if isinstance(batch, SeqBatch) else batch
                  for batch in batches]
         self.stats.batches_handed_again += len(again)
         self.stats.steps_handed_again += sum(batch.steps for batch in again)

@@ -76,11 +76,17 @@ class TakeoverSegments:
         self._max_episodes = max_episodes
         self._open: collections.OrderedDict[str, _Open] = collections.OrderedDict()
         self._held = 0
+        #: Parts held now, by the tag they came with.
+        self._held_by_tag: collections.Counter = collections.Counter()
 
     @property
     def held(self) -> int:
         """Parts held back now."""
         return self._held
+
+    def held_with(self, tag: Any) -> int:
+        """Parts held now that came with ``tag``."""
+        return self._held_by_tag.get(tag, 0)
 
     def segment(self, chunks: Iterable[tuple[dict, Optional[np.ndarray]]], now: float,
                 tag: Any = None) -> list[tuple[dict, Any]]:
@@ -119,6 +125,7 @@ class TakeoverSegments:
             elif marker is None or not marker[-1]:
                 episode.held, episode.held_since, episode.tag = rest, now, tag
                 self._held += 1
+                self._held_by_tag[tag] += 1
             else:
                 out.append((rest, tag))
         while len(self._open) > self._max_episodes:
@@ -148,4 +155,7 @@ class TakeoverSegments:
     def _unhold(self, episode: _Open) -> dict:
         held, episode.held = episode.held, None
         self._held -= 1
+        self._held_by_tag[episode.tag] -= 1
+        if not self._held_by_tag[episode.tag]:
+            del self._held_by_tag[episode.tag]
         return held
