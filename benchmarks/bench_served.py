@@ -9,8 +9,12 @@ Competitors, all in the same run:
    connection, N = 1, 16, 64). Godot RL's side runs as its Stable Baselines
    3 example does (``benchmarks/godot_server.py``); ours is an
    ``RLinkEnvRunner`` serving the game's ``EnvClient`` (64x64 tanh MLP both).
-   *Learning paused*: Godot RL's inference loop (``model.predict``), and our
-   runner with a train batch no client fills. *Learning running*
+   *Learning paused*: Godot RL's inference loop twice, once with SB3's
+   ``model.predict`` (torch: as its SB3 example runs) and once with a numpy
+   MLP on its ``GodotEnv`` holding our runner's very weights (what a game
+   developer's own small policy costs there: the transport, not SB3), and
+   our runner with a train batch no client fills (no ``ACT`` waits for an
+   update, so no tick that waited for PPO is counted on either side). *Learning running*
    (``--learning``): SB3's PPO ``learn`` against our runner under RLlib's PPO,
    both updating every 1,024 steps (minibatches of 64, 10 epochs), so the
    game also waits for each side's updates. Actions/s and the game's round
@@ -29,7 +33,7 @@ no ``ACT`` is parked for a training step (that would time the learner, not the
 serving). With ``--quick`` and no Godot RL venv yet, section 1 says it is
 skipped (making the venv takes minutes). Usage::
 
-    python benchmarks/bench_served.py [--quick] [--rounds N] [--window S] [--learning]
+    python benchmarks/bench_served.py [--quick] [--rounds N] [--window S] [--learning] [--godot-only]
 """
 
 from __future__ import annotations
@@ -132,12 +136,40 @@ def play(how: list[str], n: int, warmup: float, window: float) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def godot_round(python: Path, n: int, mode: str, warmup: float, window: float) -> dict:
+def export_weights(address: str) -> Path:
+    """The runner's policy as plain layers for Godot RL's numpy loop (``godot_server.py --mode numpy``).
+
+    The same weights our runner computes with, asked for as any client asks
+    (``GET_STATE``), read by the client's own reader of RLlib's default MLP;
+    saved as ``w0, b0, w1, b1, ...`` (``x @ w + b``, tanh between layers).
+
+    Raises:
+        ValueError: the module is not a plain MLP (a layer norm, another activation).
+    """
+    from rlinks_rllib.client import RLinkClient
+    from rlinks_rllib.client.mlp import read_network
+    from rlinks_rllib.client.policy import DiscreteSpace
+
+    with RLinkClient(address, timeout=30.0, extensions=("ack",)) as client:
+        params = client.get_state().params
+    net = read_network(params, DiscreteSpace(2), "tanh", "relu")
+    layers = [*net.encoder, *net.pi]
+    if any(layer.norm is not None or layer.bias is None for layer in layers) or net.log_std_clip is not None:
+        raise ValueError("the numpy peer runs plain Linear+tanh layers; this module has more")
+    path = GODOT_VENV.parent / "served_policy.npz"
+    np.savez(path, **{f"{kind}{i}": array for i, layer in enumerate(layers)
+                      for kind, array in (("w", layer.weight_t), ("b", layer.bias))})
+    return path
+
+
+def godot_round(python: Path, n: int, mode: str, warmup: float, window: float,
+                weights: Optional[Path] = None) -> dict:
     """One window of the game against Godot RL's server (started for it, ended by its ``close``)."""
     port = free_port()
     log = (GODOT_VENV.parent / "godot_server.log").open("w")
+    extra = ["--weights", str(weights)] if weights is not None else []
     server = subprocess.Popen([str(python), str(BENCH / "godot_server.py"), "--port", str(port), "--mode", mode,
-                               "--seconds", str(warmup + window + 1.0), "--batch", str(LEARNING_BATCH)],
+                               "--seconds", str(warmup + window + 1.0), "--batch", str(LEARNING_BATCH), *extra],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         return play(["--godot", str(port)], n, warmup, window)
@@ -192,28 +224,45 @@ class LearningRunner:
 
 
 def versus_godot(python: Path, address: str, mode: str, counts: tuple[int, ...], rounds: int, warmup: float,
-                 window: float) -> None:
-    """Print Godot RL's and our actions/s and round trips at each N, and their ratios."""
+                 window: float, weights: Optional[Path] = None) -> None:
+    """Print Godot RL's and our actions/s and round trips at each N, and their ratios.
+
+    With ``weights`` (learning paused), Godot RL runs twice per round: its
+    SB3 loop (``mode``) and the numpy MLP on those weights; the order of the
+    sides turns round every round, so a machine that gets busier favours none.
+    """
+    peers = [("SB3", mode, None)] + ([("numpy", "numpy", weights)] if weights is not None else [])
+    sides = [*peers, ("ours", None, None)]
     rows = []
     for n in counts:
-        theirs, ours, their_p50, our_p50 = [], [], [], []
+        rates: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+        p50s: dict[str, list[float]] = {name: [] for name, _, _ in sides}
         for r in range(rounds):
-            for side in (("godot", "ours") if r % 2 == 0 else ("ours", "godot")):
-                if side == "godot":
-                    result = godot_round(python, n, mode, warmup, window)
-                    theirs.append(result["actions"] / result["seconds"])
-                    their_p50.append(result["p50_ms"])
-                else:
+            for name, how, path in (sides if r % 2 == 0 else sides[::-1]):
+                if how is None:
                     result = play(["--rlinks", address], n, warmup, window)
-                    ours.append(result["actions"] / result["seconds"])
-                    our_p50.append(result["p50_ms"])
-        rows.append([n, median(theirs), median(ours), median_ratio(ours, theirs), median(their_p50), median(our_p50)])
-    print_table(["agents per tick", "Godot RL actions/s", "ours actions/s", "ours / Godot RL",
-                 "Godot RL p50 ms", "ours p50 ms"], rows)
+                else:
+                    result = godot_round(python, n, how, warmup, window, path)
+                rates[name].append(result["actions"] / result["seconds"])
+                p50s[name].append(result["p50_ms"])
+        row = [n]
+        for name, _, _ in sides:
+            row.append(median(rates[name]))
+        for name, _, _ in peers:
+            row.append(median_ratio(rates["ours"], rates[name]))
+        for name, _, _ in sides:
+            row.append(median(p50s[name]))
+        rows.append(row)
+    names = [name for name, _, _ in peers]
+    print_table(["agents per tick", *[f"Godot RL ({name}) actions/s" for name in names], "ours actions/s",
+                 *[f"ours / Godot RL ({name})" for name in names],
+                 *[f"Godot RL ({name}) p50 ms" for name in names], "ours p50 ms"], rows)
     learning = "paused" if mode == "paused" else "running"
-    for n, _, _, ratio, their_p50, our_p50 in rows:
-        print(f"  ratio ours/Godot RL actions/s, learning {learning}, {n} agent(s): {ratio:.2f}x  "
-              f"(round trip p50 {our_p50:.3f} ms vs {their_p50:.3f} ms)")
+    for row in rows:
+        n, ratios, p50 = row[0], row[2 + len(names):2 + 2 * len(names)], row[2 + 2 * len(names):]
+        for name, ratio, their_p50 in zip(names, ratios, p50):
+            print(f"  ratio ours/Godot RL ({name}) actions/s, learning {learning}, {n} agent(s): {ratio:.2f}x  "
+                  f"(round trip p50 {p50[-1]:.3f} ms vs {their_p50:.3f} ms)")
 
 
 # --------------------------------------------------------------------------
@@ -376,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=None, help="seconds per measured window (default 4; quick 1)")
     parser.add_argument("--acts", type=int, default=None, help="round trips for the latency (default 5000; quick 500)")
     parser.add_argument("--learning", action="store_true", help="also against Godot RL with learning running")
+    parser.add_argument("--godot-only", action="store_true", help="only the rounds against Godot RL, learning paused")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 2)
     window = args.window or (1.0 if args.quick else 4.0)
@@ -395,9 +445,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nGodot RL Agents: skipped ({GODOT_VENV.relative_to(REPO)} is not there yet; a run without "
                   "--quick makes it)")
         else:
-            print(f"\nGodot RL Agents ({GODOT_RL}, its SB3 example's loop) vs ours, one game process with N CartPole "
-                  "agents, learning paused")
-            versus_godot(python, addresses[0], "paused", counts, rounds, warmup, window)
+            weights = export_weights(addresses[0])
+            print(f"\nGodot RL Agents ({GODOT_RL}: its SB3 example's loop, and its GodotEnv with our runner's MLP in "
+                  "numpy) vs ours, one game process with N CartPole agents, learning paused")
+            versus_godot(python, addresses[0], "paused", counts, rounds, warmup, window, weights)
+        if args.godot_only:
+            return 0
 
         print("\nround trip of one action, one client (microseconds)")
         lat = latency(addresses[0], acts)

@@ -10,6 +10,12 @@ example does:
 - ``--mode paused``: its inference loop, ``model.predict(obs)`` then
   ``env.step(action)``, with an SB3 PPO ``MultiInputPolicy`` (a 64x64 tanh
   MLP, as ours);
+- ``--mode numpy``: the same loop on Godot RL's ``GodotEnv`` itself, the
+  actions from a numpy MLP with the weights in ``--weights`` (an ``.npz`` of
+  ``w0, b0, w1, b1, ...``: the very layers our runner computes, tanh between
+  them, the last one's logits sampled as a categorical): what a game
+  developer who runs a small policy of their own on Godot RL's Python side
+  pays for the transport, without torch or SB3 in the way;
 - ``--mode learning``: ``model.learn(...)`` with PPO collecting
   ``--batch`` steps per update (``n_steps`` per agent), minibatches of 64,
   10 epochs, stopped by a callback when the time is up.
@@ -27,10 +33,15 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=("paused", "learning"), required=True)
+    parser.add_argument("--mode", choices=("paused", "numpy", "learning"), required=True)
     parser.add_argument("--seconds", type=float, required=True, help="how long to drive the game")
     parser.add_argument("--batch", type=int, default=1024, help="env steps per PPO update (learning)")
+    parser.add_argument("--weights", help="the numpy policy's layers (.npz; --mode numpy)")
     args = parser.parse_args(argv)
+    if args.mode == "numpy":
+        if not args.weights:
+            parser.error("--mode numpy needs --weights")
+        return numpy_loop(args.port, args.weights, args.seconds)
 
     import torch
     from godot_rl.wrappers.stable_baselines_wrapper import StableBaselinesGodotEnv
@@ -59,6 +70,30 @@ def main(argv: list[str] | None = None) -> int:
                 return time.monotonic() < self.deadline
 
         model.learn(total_timesteps=10**9, callback=StopAtDeadline())
+    env.close()
+    return 0
+
+
+def numpy_loop(port: int, weights: str, seconds: float) -> int:
+    """Drive the game with Godot RL's ``GodotEnv`` and a numpy MLP for ``seconds``, then close it."""
+    import numpy as np
+    from godot_rl.core.godot_env import GodotEnv
+
+    with np.load(weights) as saved:
+        layers = [(saved[f"w{i}"], saved[f"b{i}"]) for i in range(len(saved.files) // 2)]
+    rng = np.random.default_rng(0)
+    env = GodotEnv(port=port)
+    obs, _ = env.reset()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        x = np.array([o["obs"] for o in obs], dtype=np.float32)
+        for weight, bias in layers[:-1]:
+            x = np.tanh(x @ weight + bias)
+        logits = x @ layers[-1][0] + layers[-1][1]
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        action = np.minimum((probs.cumsum(axis=1) < rng.random((len(probs), 1))).sum(axis=1), len(layers[-1][1]) - 1)
+        obs, _, _, _, _ = env.step([action])
     env.close()
     return 0
 
