@@ -163,8 +163,22 @@ func send(msg: Dictionary) -> bool:
 	var body: PoolByteArray = _codec.encode(msg)
 	if body.size() > MAX_BODY_BYTES:
 		return _fail("frame_too_large", "a %s of %d bytes: split it over several messages" % [msg.type, body.size()])
-	if _tcp.put_data(Framing.frame(body)) != OK:
-		return _fail("closed", "the learner closed the connection")
+	return _write(Framing.frame(body), REPLY_TIMEOUT_S)
+
+
+func _write(data: PoolByteArray, timeout_s: float) -> bool:
+	"""Write all of `data`, waiting at most `timeout_s` for a learner that does not read."""
+	var deadline := OS.get_ticks_msec() + int(timeout_s * 1000.0)
+	var sent := 0
+	while sent < data.size():
+		var result: Array = _tcp.put_partial_data(data if sent == 0 else data.subarray(sent, data.size() - 1))
+		if result[0] != OK:
+			return _fail("closed", "the learner closed the connection")
+		sent += result[1]
+		if result[1] == 0:
+			if OS.get_ticks_msec() > deadline:
+				return _fail("timeout", "the learner read nothing for %.0f s" % timeout_s)
+			OS.delay_usec(200)
 	return true
 
 
