@@ -113,6 +113,7 @@ from .errors import (
     ClientError,
     ConnectFailed,
     ConnectionLost,
+    NoRunnerYet,
     NotAgreed,
     PickledConfigRefused,
     ProtocolViolation,
@@ -1185,7 +1186,7 @@ class RLinkClient:
                 continue
             self._log.info("directory %s sent us to runner %s", self.given_address, self.address)
             return done
-        raise ConnectionLost(
+        raise NoRunnerYet(
             f"the directory at {self.given_address} lists no runner that answers"
             + (f": {'; '.join(tried)}" if tried else " yet")
         )

@@ -50,6 +50,10 @@ class ConnectionLost(ClientError, ConnectionError):
     """The connection dropped during a call and was not (or could not be) restored."""
 
 
+class NoRunnerYet(ConnectionLost):
+    """A directory answered but lists no runner that answers: the learner is still starting its runners."""
+
+
 class ServerTimeout(ClientError, TimeoutError):
     """The server did not answer, or did not take our bytes, within ``timeout`` seconds.
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..protocol.errors import ErrorCode
-from .errors import ClientError, ConnectionLost, ServerError
+from .errors import ClientError, ConnectionLost, NoRunnerYet, ServerError
 
 __all__ = [
     "backoff_delay", "RetryPolicy", "ConnectWait",
@@ -147,9 +147,22 @@ class ConnectWait:
         """Seconds until the wait is over (0 once it is)."""
         return max(0.0, self._until - self._clock())
 
+    @staticmethod
+    def not_up_yet(exc: BaseException) -> bool:
+        """Whether ``exc`` says nothing listens there yet: a connect that failed (refused,
+        unreachable, a name not resolved yet), or a directory with no runner yet.
+
+        A server that took the connection and then closed it (a TLS port
+        spoken to in plain TCP, a full server, ``shutting_down``) is up: the
+        usual attempts apply.
+        """
+        if isinstance(exc, NoRunnerYet):
+            return True
+        return isinstance(exc, OSError) and not isinstance(exc, ClientError)
+
     def failed(self, exc: BaseException) -> None:
         """An attempt failed with ``exc``: start the wait if ``exc`` says the learner may not be up yet."""
-        if self._said or self.seconds <= 0 or not RetryPolicy.retryable(exc) or RetryPolicy.shutting_down(exc):
+        if self._said or self.seconds <= 0 or not self.not_up_yet(exc):
             return
         self._said = True
         self._log.warning("waiting up to %g s for %s to listen (connect_wait, $%s): %s",
