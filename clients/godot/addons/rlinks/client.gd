@@ -60,22 +60,28 @@ func open(host: String, port: int, extensions: Array, wait_s: float) -> bool:
 
 	A PONG that says it comes from a directory (PROTOCOL.md 10.4) is
 	followed by GET_ENDPOINTS and a connection to the first runner that
-	answers. Offers `extensions` (and "endpoints"); `agreed` holds the
+	answers; a directory that lists none yet is asked again, within the
+	same `wait_s`. Offers `extensions` (and "endpoints"); `agreed` holds the
 	server's answer.
 	"""
 	var deadline := OS.get_ticks_msec() + int(wait_s * 1000.0)
 	var pause_ms := 100
 	while true:
 		code = ""
-		if _connect(host, port) and _handshake(extensions + ["endpoints"]):
-			break
+		if _connect(host, port) and _handshake(extensions + ["endpoints"]) and _to_runner(host, port, extensions):
+			return true
 		var now := OS.get_ticks_msec()
 		if code != "connection_failed" or now >= deadline:
 			if code == "connection_failed":
-				message = "nothing answered at %s:%d for %.0f s (connect_wait, $%s)" % [host, port, wait_s, CONNECT_WAIT_ENV]
+				message += " for %.0f s (connect_wait, $%s)" % [wait_s, CONNECT_WAIT_ENV]
 			return false
 		OS.delay_msec(min(pause_ms, deadline - now))  # the last try comes at the deadline
 		pause_ms = min(pause_ms * 2, 2000)
+	return false
+
+
+func _to_runner(host: String, port: int, extensions: Array) -> bool:
+	"""On from a directory to the first runner it lists that answers; true at once when this is a runner."""
 	if not "endpoints" in agreed or not _is_directory:
 		return true
 	var listed = request({"type": "GET_ENDPOINTS"}, "ENDPOINTS")
@@ -83,12 +89,12 @@ func open(host: String, port: int, extensions: Array, wait_s: float) -> bool:
 		return false
 	close()
 	for endpoint in listed.endpoints:
+		code = ""
 		if typeof(endpoint) == TYPE_DICTIONARY and _connect(str(endpoint.get("host")), int(endpoint.get("port", 0))) \
 				and _handshake(extensions):
 			return true
-	if code == "":
-		_fail("connection_failed", "the directory at %s:%d listed no runner that answered" % [host, port])
-	return false
+	code = ""
+	return _fail("connection_failed", "the directory at %s:%d listed no runner that answered" % [host, port])
 
 
 func _connect(host: String, port: int) -> bool:
@@ -96,13 +102,13 @@ func _connect(host: String, port: int) -> bool:
 	_framing = Framing.new()
 	_inbox.clear()
 	if _tcp.connect_to_host(host, port) != OK:
-		return _fail("connection_failed", "can't connect to %s:%d" % [host, port])
+		return _fail("connection_failed", "nothing answered at %s:%d" % [host, port])
 	var deadline := OS.get_ticks_msec() + 5000
 	while _tcp.get_status() == StreamPeerTCP.STATUS_CONNECTING and OS.get_ticks_msec() < deadline:
 		OS.delay_msec(1)
 	if _tcp.get_status() != StreamPeerTCP.STATUS_CONNECTED:
 		_tcp.disconnect_from_host()
-		return _fail("connection_failed", "can't connect to %s:%d" % [host, port])
+		return _fail("connection_failed", "nothing answered at %s:%d" % [host, port])
 	_tcp.set_no_delay(true)
 	return true
 
