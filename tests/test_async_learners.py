@@ -185,3 +185,46 @@ def test_a_runner_with_a_silent_client_answers_empty_soon_and_says_it_is_quiet(r
 def _env_steps(log: str) -> int:
     """The env steps of the last iteration line in ``log``."""
     return int(re.findall(r"env steps\s+([\d,]+)", log)[-1].replace(",", ""))
+
+
+def test_a_stopping_runner_of_appo_leaves_what_it_holds_unconfirmed(ray_local):
+    """SIGTERM under IMPALA or APPO (``stop_handing``): the driver ends its iteration without the result of a
+    ``sample()`` under way, so that result hands nothing over and confirms nothing; the steps stay for the
+    learner that resumes (a reliable client sends them again)."""
+    import threading
+
+    import numpy as np
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    from rlinks_rllib import RLinkEnvRunner
+    from rlinks_rllib.client import RLinkClient
+    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+
+    config = (APPOConfig()
+              .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
+                           env_config={"port": 0})
+              .env_runners(num_env_runners=0, rollout_fragment_length=50, sample_timeout_s=3600.0))
+    runner = RLinkEnvRunner(config=config, worker_index=0)
+    client = RLinkClient("{}:{}".format(*runner.address), timeout=30.0)
+    try:
+        builder, obs = EpisodeBuilder(), np.zeros(4, np.float32)
+        builder.reset(obs)
+        for _ in range(20):  # less than the fragment (50) the sample() below waits for
+            builder.step(0, 1.0, obs, False, False,
+                         extra={"action_logp": np.float32(-0.69), "action_dist_inputs": np.zeros(2, np.float32)})
+        client.send_episodes(builder.take_chunks())
+        deadline = time.monotonic() + 30
+        while runner.server.inbox.steps < 20:
+            assert time.monotonic() < deadline, "the steps never came"
+            time.sleep(0.05)
+        got: list = []
+        sampling = threading.Thread(target=lambda: got.append(runner.sample()), daemon=True)
+        sampling.start()
+        time.sleep(1.0)  # waiting for the rest of its fragment
+        runner.stop_handing()
+        sampling.join(10)
+        assert not sampling.is_alive() and got == [[]]
+        assert runner.server.inbox.steps == 20 and runner.server.stats.batches_acked == 0
+    finally:
+        client.close()
+        runner.stop()

@@ -304,8 +304,13 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         if batches and got < wanted and plan.wait_s > first_wait_s:
             # Steps come: wait for the rest as long as the plan says.
             batches += self.server.inbox.take(wanted - got, max(0.0, began + plan.wait_s - time.monotonic()))
+        if self._stopped_handing and self._counted and batches:
+            # IMPALA and APPO end their last iteration without waiting for this result: left unconfirmed,
+            # its steps go to the learner that resumes (reliable clients send them again).
+            self.server.inbox.put_back(batches)
+            batches = []
         short = wanted - sum(batch.steps for batch in batches)
-        if short > 0 and self.server.serves_actions:
+        if short > 0 and self.server.serves_actions and not self._stopped_handing:
             # Steps of served clients wait in the runner until an update has
             # them all; a sample() that came up short takes them now.
             self.server.cut_served()
@@ -457,8 +462,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         """(The learner, on SIGTERM) Hand nothing more over, whatever the clients are doing.
 
         A ``sample()`` waiting for steps returns at once with what it holds
-        (handed to RLlib and confirmed as always); every later one returns
-        nothing. Steps that arrive from now on stay unconfirmed, and reliable
+        (handed to RLlib and confirmed as always; under IMPALA and APPO,
+        whose driver ends its iteration without that result, with nothing,
+        leaving the steps unconfirmed); every later one returns nothing. Steps that arrive from now on stay unconfirmed, and reliable
         clients send them again to the learner that resumes. Safe from any
         thread.
         """
