@@ -9,7 +9,8 @@ re-encodes what it decoded, and ``tests/policy.gd`` runs its MLP on the
 policy vectors. Then the demo game (``clients/godot/demo``: balls that chase
 targets, on Godot's physics) trains through a real ``rlinks learner``: four
 agents in one game with served actions to its config's target, the game
-started before the learner is up (``connect_wait``); and two game instances
+started before the learner is up (``connect_wait``) and its link cut once on
+the way (it connects again); and two game instances
 on one runner, one served and one running RLlib's MLP in GDScript, sent
 there by the learner's directory, with the runner recording what they send.
 The two training runs start with the session and run beside the other tests
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -166,6 +168,56 @@ def _stop(process: subprocess.Popen, sig: int) -> None:
             process.wait(timeout=10)
 
 
+class CuttingRelay:
+    """A TCP relay on 127.0.0.1 to the learner's ``port`` that cuts its first connection once the game has sent
+    ``cut_after`` bytes through it: a link that drops mid-training. It listens on ``self.port`` only once the
+    learner does, so a game started before both waits for it as for the learner itself."""
+
+    def __init__(self, port: int, cut_after: int) -> None:
+        self.port, self._target, self._cut_after = _free_port(), port, cut_after
+        self.cut = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="cutting relay", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():  # wait for the learner
+            try:
+                socket.create_connection(("127.0.0.1", self._target), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        with socket.create_server(("127.0.0.1", self.port)) as listener:
+            listener.settimeout(0.5)
+            while not self._stopped.is_set():
+                try:
+                    game, _ = listener.accept()
+                except socket.timeout:
+                    continue
+                upstream = socket.create_connection(("127.0.0.1", self._target), timeout=10)
+                cut_after = None if self.cut.is_set() else self._cut_after
+                threading.Thread(target=self._relay, args=(game, upstream, cut_after), daemon=True).start()
+
+    def _relay(self, game: socket.socket, upstream: socket.socket, cut_after: int | None) -> None:
+        sent = 0
+        with game, upstream:
+            while not self._stopped.is_set():
+                readable, _, _ = select.select([game, upstream], [], [], 0.5)
+                for side in readable:
+                    data = side.recv(65536)
+                    if not data:
+                        return
+                    (upstream if side is game else game).sendall(data)
+                    sent += len(data) if side is game else 0
+                if cut_after is not None and sent >= cut_after:
+                    self.cut.set()
+                    return
+
+
 def _start_games(tmp_path: Path, address: str, games: list[list[str]]) -> list[subprocess.Popen]:
     # A learner's start (Ray's) can take over a minute while the rest of the suite shares the cores.
     wait = dict(os.environ, RLINKS_CONNECT_WAIT_S=str(CONNECT_WAIT_S))
@@ -192,20 +244,22 @@ def _listening_at(output: Path, learner: subprocess.Popen, log: Path) -> str:
 
 
 def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancelled: threading.Event,
-                   timeout_s: float, games_first: bool) -> GodotRun:
+                   timeout_s: float, games_first: bool, cut_after: int | None = None) -> GodotRun:
     """``rlinks learner`` on ``config``, and the games (godot3-server on the demo, each with its arguments).
 
     ``games_first``: the games start before the learner, at a port found free just before, and wait for it
     (connect_wait); else the learner takes any free port and the games start once it listens (a learner
     with remote runners takes the ports after its own too, which only it can find free). Waits until the
     learner stops (its stop rule) within ``timeout_s``, a game fails, or ``cancelled`` is set; then stops
-    whatever still runs (the learner with SIGINT, so it stops Ray itself).
+    whatever still runs (the learner with SIGINT, so it stops Ray itself). ``cut_after`` (with
+    ``games_first``): the games reach the learner through a :class:`CuttingRelay`.
     """
     config_path = tmp_path / "godot.yaml"
     config_path.write_text(yaml.safe_dump(config))
     started = time.monotonic()
     port = _free_port() if games_first else 0
-    players = _start_games(tmp_path, f"127.0.0.1:{port}", games) if games_first else []
+    relay = CuttingRelay(port, cut_after) if cut_after else None
+    players = _start_games(tmp_path, f"127.0.0.1:{relay.port if relay else port}", games) if games_first else []
     log = tmp_path / "learner.log"
     with open(log, "w") as out:
         learner = subprocess.Popen([*RLINKS, "learner", "--config", str(config_path), "--port", str(port),
@@ -227,6 +281,8 @@ def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancell
         for player in players:
             _stop(player, signal.SIGTERM)
         _stop(learner, signal.SIGINT)
+        if relay:
+            relay.close()
     return GodotRun(log.read_text(), learner.returncode,
                     [(player.returncode, (tmp_path / f"game{i}.log").read_text()) for i, player in enumerate(players)],
                     time.monotonic() - started, tmp_path)
@@ -236,20 +292,27 @@ def train_the_demo(tmp_path: Path, config: dict, games: list[list[str]], cancell
 RUN_BOUND_S = 420
 
 
+#: Where the demo's link is cut: after about two PPO iterations of 4 agents' ACTs (some 350 bytes a decision).
+CUT_AFTER_BYTES = 400_000
+
+
 def _four_agents_served(tmp_path: Path, cancelled: threading.Event) -> GodotRun:
     godot_binary()  # installs it, or skips the test
     return train_the_demo(tmp_path, yaml.safe_load(DEMO_CONFIG.read_text()), [["--agents=4"]], cancelled,
-                          RUN_BOUND_S - 60, games_first=True)
+                          RUN_BOUND_S - 60, games_first=True, cut_after=CUT_AFTER_BYTES)
 
 
 @pytest.mark.slow
 @pytest.mark.head_start(_four_agents_served, bound_s=RUN_BOUND_S)
-def test_the_demo_trains_to_its_target_with_four_agents_in_the_engine(head_start):
+def test_the_demo_trains_to_its_target_with_four_agents_in_the_engine_through_a_dropped_link(head_start):
+    """Started before the learner, the game waits for it; its link is cut after two iterations or so, and it
+    connects again and plays on (new episodes: the runner closed the open ones)."""
     run = head_start
     target = yaml.safe_load(DEMO_CONFIG.read_text())["stop"]["reward"]
     assert run.learner_code == 0 and run.reached >= target, (run.learner_log[-3000:], run.games)
     code, out = run.games[0]
     assert code == 0 and "rlinks: the learner ended the run" in out and "SCRIPT ERROR" not in out, out[-3000:]
+    assert "rlinks: closed: the learner closed the connection; connecting again" in out, out[-3000:]
     print(f"\nthe Godot demo reached {run.reached:.1f} (target {target}) in {run.seconds:.0f} s with 4 agents; "
           f"env steps/s in the engine: {run.steps_per_s()}")
 

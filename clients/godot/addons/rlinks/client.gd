@@ -33,6 +33,7 @@ var message := ""
 var agreed := []          # the extensions the server agreed to
 var client_id := ""       # stable for this client's life (the ack extension keys resends by it)
 
+var _opened_with := []      # open()'s arguments, for reopen()
 var _is_directory := false  # the last PONG came from a learner's directory (PROTOCOL.md 10.4)
 var _tcp: StreamPeerTCP
 var _framing
@@ -64,6 +65,7 @@ func open(host: String, port: int, extensions: Array, wait_s: float) -> bool:
 	same `wait_s`. Offers `extensions` (and "endpoints"); `agreed` holds the
 	server's answer.
 	"""
+	_opened_with = [host, port, extensions, wait_s]
 	var deadline := OS.get_ticks_msec() + int(wait_s * 1000.0)
 	var pause_ms := 100
 	while true:
@@ -78,6 +80,25 @@ func open(host: String, port: int, extensions: Array, wait_s: float) -> bool:
 		OS.delay_msec(min(pause_ms, deadline - now))  # the last try comes at the deadline
 		pause_ms = min(pause_ms * 2, 2000)
 	return false
+
+
+func dropped() -> bool:
+	"""Whether the last failure was the connection itself (closed, or silent past its deadline): worth a reopen()."""
+	return code == "closed" or code == "timeout"
+
+
+func reopen() -> bool:
+	"""Connect again as the same client (its client_id), with open()'s arguments and connect_wait.
+
+	For a served client, which holds no batches: the runner has closed its
+	open episodes as truncated at their last complete step (PROTOCOL.md
+	10.5), so the caller starts new ones. A client with batches not yet
+	confirmed does not reconnect (the addon does not resend them yet).
+	"""
+	if not _unacked.empty():
+		return false
+	close()
+	return open(_opened_with[0], _opened_with[1], _opened_with[2], _opened_with[3])
 
 
 func _to_runner(host: String, port: int, extensions: Array) -> bool:

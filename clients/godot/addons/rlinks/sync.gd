@@ -19,7 +19,8 @@
 # $RLINKS_ADDRESS), --rlinks-inference=served|local, --rlinks-speedup=N,
 # --rlinks-max-steps=N (stop after N env steps, for benchmarks). The game
 # quits when the learner ends the run (exit 0) or on an error (exit 1,
-# with a line saying why).
+# with a line saying why); a served game whose connection dropped connects
+# again first (within connect_wait) and plays on.
 extends Node
 
 const Client = preload("res://addons/rlinks/client.gd")
@@ -184,7 +185,7 @@ func _served_step() -> bool:
 	}
 	var reply = client.request(act, "ACTIONS")
 	if reply == null:
-		return false
+		return _served_again()
 	var actions = reply.actions
 	var values: Array = actions.values if actions is NdArray else actions
 	var width: int = values.size() / max(1, reply.env.size())
@@ -193,6 +194,19 @@ func _served_step() -> bool:
 		if env < 0 or env >= agents.size():
 			return _give_up("ACTIONS named env %d; this game has %d agents" % [env, agents.size()])
 		agents[env].set_action(values[j] if _action_space.kind == "discrete" else values.slice(j * width, j * width + width - 1))
+	return true
+
+
+func _served_again() -> bool:
+	"""After a dropped connection: connect again; the next decision starts every agent's next episode
+	(the runner has closed the open ones as truncated), the agents keep their last action until then.
+	False, with the reason kept, for any other failure or when no learner answers within connect_wait."""
+	if not client.dropped():
+		return false
+	print("rlinks: %s: %s; connecting again" % [client.code, client.message])
+	if not client.reopen():
+		return false
+	_playing.clear()
 	return true
 
 
