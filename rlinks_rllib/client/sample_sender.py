@@ -6,8 +6,9 @@ message, then looks again. A lone sample goes out at once; while a message
 is being written the next ones gather behind it, so a loop that puts at
 thousands a second pays one frame, one system call and one ``ACK`` per
 gathering instead of per sample (group commit, as databases write their
-logs). ``flush`` sends what is left on the caller's own thread, so a
-``put`` then ``flush`` costs no hand-over to the thread.
+logs). A put that comes alone (:data:`LONE_S` after the last) is sent on
+the caller's own thread, and so is what ``flush`` finds left: a robot at
+50 Hz, or a ``put`` then ``flush``, costs no hand-over to the thread.
 
 What waits here is bounded: ``put`` blocks (at most ``timeout``) while the
 samples gathered reach the connection's window, and the window bounds what
@@ -28,6 +29,8 @@ from .shared_client import SharedClient
 
 __all__ = ["SampleSender", "MESSAGE_BYTES"]
 
+#: A put this long after the last one is sent on the caller's thread (no hand-over): puts come slowly.
+LONE_S = 0.001
 #: The most sample bytes one message gathers (a larger sample goes alone).
 MESSAGE_BYTES = 1024 * 1024
 
@@ -51,6 +54,7 @@ class SampleSender:
         self._gathered: list[EncodedSample] = []
         self._gathered_bytes = 0
         self._idle = True
+        self._last_put = 0.0
         self._stopping = False
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="rlinks-samples-sender", daemon=True)
@@ -80,9 +84,24 @@ class SampleSender:
                                         "samples wait to be sent and the window is full (is the loop taking?)")
                 self._cond.wait(left)
             self._check_locked()
+            now = time.monotonic()
+            alone = self._idle and not self._gathered and now - self._last_put >= LONE_S
+            self._last_put = now
             self._gathered.append(sample)
             self._gathered_bytes += sample.nbytes
-            if self._idle:
+            if self._idle and not alone:
+                self._cond.notify()
+        if alone and self._sending.acquire(blocking=False):
+            # Puts come slowly: send this one here and now, without waking the thread for it.
+            try:
+                with self._cond:
+                    batch = self._take_locked()
+                if batch:
+                    self._client.call(self._client.raw.send_encoded_samples, batch)
+            finally:
+                self._sending.release()
+        elif alone:
+            with self._cond:
                 self._cond.notify()
 
     def flush(self, *, mark: bool = True) -> None:
