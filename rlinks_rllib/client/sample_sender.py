@@ -48,7 +48,11 @@ class SampleSender:
         self._client = client
         self._timeout = timeout
         self._log = logger or logging.getLogger(__name__)
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        #: The thread waits on it for samples; a put waits on ``_room`` (one lock: each is woken only for itself).
+        self._cond = threading.Condition(lock)
+        self._room = threading.Condition(lock)
+        self._room_waiters = 0
         #: Held from taking a message's samples until it is sent, so messages leave in the order put.
         self._sending = threading.Lock()
         self._gathered: list[EncodedSample] = []
@@ -82,7 +86,11 @@ class SampleSender:
                 if left <= 0:
                     raise ServerTimeout(f"no room to put a sample for {self._timeout:g} s: {len(self._gathered)} "
                                         "samples wait to be sent and the window is full (is the loop taking?)")
-                self._cond.wait(left)
+                self._room_waiters += 1
+                try:
+                    self._room.wait(left)
+                finally:
+                    self._room_waiters -= 1
             self._check_locked()
             now = time.monotonic()
             alone = self._idle and not self._gathered and now - self._last_put >= LONE_S
@@ -171,7 +179,8 @@ class SampleSender:
             size += sample.nbytes
         batch, self._gathered = self._gathered[:count], self._gathered[count:]
         self._gathered_bytes -= size
-        self._cond.notify_all()  # room for a waiting put
+        if self._room_waiters:
+            self._room.notify_all()
         return batch
 
     def _run(self) -> None:
@@ -199,4 +208,4 @@ class SampleSender:
             self._log.debug("the sample sender stopped: %s", exc)
             with self._cond:
                 self._error = exc
-                self._cond.notify_all()
+                self._room.notify_all()
