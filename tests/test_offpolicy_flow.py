@@ -421,3 +421,18 @@ def test_paced_a_local_client_keeps_one_batch_in_flight_so_its_steps_are_a_few_u
             runner.sample()  # the client's last batch is confirmed, so it closes
         runner.stop()
         player.join(10)
+
+
+@pytest.mark.parametrize("settings, window", [({}, None), ({"off_policy_backlog": "pace"}, 1),
+                                               ({"off_policy_backlog": "pace", "takeover_terminates": True}, 2)])
+def test_a_paced_runner_names_its_window_and_one_more_where_it_holds_parts_back(ray_local, settings, window):
+    """Under ``takeover_terminates`` a message is confirmed with the next one (takeover_held.py): a window of
+    one would make the client wait out the 2 s hold for every batch."""
+    from rlinks_rllib.client.sender import paced_in_flight
+    from rlinks_rllib.protocol.config import read_config
+
+    runner = _dqn_runner(**settings)
+    try:
+        assert paced_in_flight(read_config(runner._config_message())) == window  # noqa: SLF001
+    finally:
+        runner.stop()

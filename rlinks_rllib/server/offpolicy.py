@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable
 
-__all__ = ["BACKLOG_MODES", "PACED_IN_FLIGHT", "StepCredit", "EpisodeAliases", "backlog_steps"]
+__all__ = ["BACKLOG_MODES", "PACED_IN_FLIGHT", "PACED_IN_FLIGHT_HOLDING", "StepCredit", "EpisodeAliases", "backlog_steps"]
 
 #: Values of the ``off_policy_backlog`` setting.
 BACKLOG_MODES = ("drop", "pace")
@@ -40,6 +40,10 @@ BACKLOG_MODES = ("drop", "pace")
 #: Batches a paced client keeps sent and not yet confirmed: one, a fragment (a client's batches are fragments),
 #: what a ``sample()`` takes next.
 PACED_IN_FLIGHT = 1
+#: The same under ``takeover_terminates``: the runner holds the last part of each message back until the
+#: next chunk of its episode comes, and confirms the message with that part (takeover_held.py), so a client
+#: holding one batch in flight would wait out the hold (2 s) every time: two.
+PACED_IN_FLIGHT_HOLDING = 2
 
 #: The default backlog, in fragments (sample() calls' worth of steps).
 _DEFAULT_BACKLOG_FRAGMENTS = 4
