@@ -315,3 +315,25 @@ def test_a_batch_says_which_actor_sent_each_sample():
         dataset.close()
         for actor in actors:
             actor.close()
+
+
+def test_one_actor_fills_batches_larger_than_its_own_window():
+    """The dataset names its window in the handshake (two batches and its buffer); a lone actor follows it.
+
+    With the actor's own default (64 samples in flight) a batch of 128 could never fill: the
+    dataset confirms nothing before its loop asks for the next batch. Nothing here is flushed
+    and a partial batch would wait a minute, so the full batches can only come from the window.
+    """
+    dataset = RLinkDataset(batch_size=128, max_samples=256, partial_batch_after=60, idle_timeout=60)
+    actor = RLinkActor(dataset.address, timeout=60)
+    try:
+        for i in range(256):
+            actor.put({"x": np.float32(i), "index": i})
+        batches = list(dataset)
+        assert [len(b["index"]) for b in batches] == [128, 128]
+        assert [int(i) for b in batches for i in b["index"]] == list(range(256))
+        assert actor.client.window.max_steps == 2 * 128 + 256
+        assert actor.client.window.max_steps > 64  # what the actor holds in flight on its own
+    finally:
+        dataset.close()
+        actor.close()
