@@ -39,8 +39,10 @@ skipped (making the venv takes minutes). Usage::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing as mp
+import os
 import queue
 import socket
 import subprocess
@@ -166,13 +168,14 @@ def godot_round(python: Path, n: int, mode: str, warmup: float, window: float,
                 weights: Optional[Path] = None) -> dict:
     """One window of the game against Godot RL's server (started for it, ended by its ``close``)."""
     port = free_port()
-    log = (GODOT_VENV.parent / "godot_server.log").open("w")
+    log_path = GODOT_VENV.parent / "godot_server.log"
+    log = log_path.open("w")
     extra = ["--weights", str(weights)] if weights is not None else []
     server = subprocess.Popen([str(python), str(BENCH / "godot_server.py"), "--port", str(port), "--mode", mode,
                                "--seconds", str(warmup + window + 1.0), "--batch", str(LEARNING_BATCH), *extra],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        return play(["--godot", str(port)], n, warmup, window)
+        result = play(["--godot", str(port)], n, warmup, window)
     finally:
         try:
             server.wait(timeout=20)  # it ends itself after sending close
@@ -180,6 +183,30 @@ def godot_round(python: Path, n: int, mode: str, warmup: float, window: float,
             kill_group(server.pid)
             server.wait(timeout=20)
         log.close()
+    lines = [line for line in log_path.read_text().splitlines() if line.startswith('{"cpu_us_per_tick"')]
+    result["server_cpu_us_per_tick"] = json.loads(lines[-1])["cpu_us_per_tick"] if lines else float("nan")
+    return result
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """CPU seconds (user and system) a thread of this process has used, from /proc; NaN where there is none."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ours_round(runner, n: int, warmup: float, window: float) -> dict:
+    """One window of the game against our runner; with its loop thread's CPU per ``ACT`` over the whole game."""
+    server = runner.server
+    acts, cpu = server.stats.served_acts, thread_cpu_s(server._thread.native_id)
+    host, port = runner.address
+    result = play(["--rlinks", f"{host}:{port}"], n, warmup, window)
+    acts = server.stats.served_acts - acts
+    result["server_cpu_us_per_tick"] = (thread_cpu_s(server._thread.native_id) - cpu) * 1e6 / max(acts, 1)
+    return result
 
 
 class LearningRunner:
@@ -223,40 +250,42 @@ class LearningRunner:
         ray.shutdown()
 
 
-def versus_godot(python: Path, address: str, mode: str, counts: tuple[int, ...], rounds: int, warmup: float,
+def versus_godot(python: Path, runner, mode: str, counts: tuple[int, ...], rounds: int, warmup: float,
                  window: float, weights: Optional[Path] = None) -> None:
-    """Print Godot RL's and our actions/s and round trips at each N, and their ratios.
+    """Print Godot RL's and our actions/s, round trips and CPU per tick at each N, and the ratios.
 
-    With ``weights`` (learning paused), Godot RL runs twice per round: its
-    SB3 loop (``mode``) and the numpy MLP on those weights; the order of the
-    sides turns round every round, so a machine that gets busier favours none.
+    ``runner``: our RLinkEnvRunner (in this process). With ``weights``
+    (learning paused), Godot RL runs twice per round: its SB3 loop (``mode``)
+    and the numpy MLP on those weights; the order of the sides turns round
+    every round, so a machine that gets busier favours none.
     """
     peers = [("SB3", mode, None)] + ([("numpy", "numpy", weights)] if weights is not None else [])
     sides = [*peers, ("ours", None, None)]
-    rows = []
+    names = [name for name, _, _ in peers]
+    rows, cpu_rows = [], []
     for n in counts:
-        rates: dict[str, list[float]] = {name: [] for name, _, _ in sides}
-        p50s: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+        got: dict[str, dict[str, list[float]]] = {name: collections.defaultdict(list) for name, _, _ in sides}
         for r in range(rounds):
             for name, how, path in (sides if r % 2 == 0 else sides[::-1]):
                 if how is None:
-                    result = play(["--rlinks", address], n, warmup, window)
+                    result = ours_round(runner, n, warmup, window)
                 else:
                     result = godot_round(python, n, how, warmup, window, path)
-                rates[name].append(result["actions"] / result["seconds"])
-                p50s[name].append(result["p50_ms"])
-        row = [n]
-        for name, _, _ in sides:
-            row.append(median(rates[name]))
-        for name, _, _ in peers:
-            row.append(median_ratio(rates["ours"], rates[name]))
-        for name, _, _ in sides:
-            row.append(median(p50s[name]))
-        rows.append(row)
-    names = [name for name, _, _ in peers]
+                result["rate"] = result["actions"] / result["seconds"]
+                for key in ("rate", "p50_ms", "cpu_us_per_tick", "server_cpu_us_per_tick"):
+                    got[name][key].append(result.get(key, float("nan")))
+        rows.append([n, *[median(got[name]["rate"]) for name, _, _ in sides],
+                     *[median_ratio(got["ours"]["rate"], got[name]["rate"]) for name in names],
+                     *[median(got[name]["p50_ms"]) for name, _, _ in sides]])
+        cpu_rows.append([n, *[median(got[name][key]) for name, _, _ in sides
+                              for key in ("cpu_us_per_tick", "server_cpu_us_per_tick")]])
     print_table(["agents per tick", *[f"Godot RL ({name}) actions/s" for name in names], "ours actions/s",
                  *[f"ours / Godot RL ({name})" for name in names],
                  *[f"Godot RL ({name}) p50 ms" for name in names], "ours p50 ms"], rows)
+    print("  CPU per tick (us, medians): the game process, and the server side (Godot RL's Python process; "
+          "our runner's loop thread)")
+    print_table(["agents per tick", *[f"{who} {name}" for name, _, _ in sides for who in ("game", "server")]],
+                cpu_rows)
     learning = "paused" if mode == "paused" else "running"
     for row in rows:
         n, ratios, p50 = row[0], row[2 + len(names):2 + 2 * len(names)], row[2 + 2 * len(names):]
@@ -448,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             weights = export_weights(addresses[0])
             print(f"\nGodot RL Agents ({GODOT_RL}: its SB3 example's loop, and its GodotEnv with our runner's MLP in "
                   "numpy) vs ours, one game process with N CartPole agents, learning paused")
-            versus_godot(python, addresses[0], "paused", counts, rounds, warmup, window, weights)
+            versus_godot(python, batched, "paused", counts, rounds, warmup, window, weights)
         if args.godot_only:
             return 0
 
@@ -487,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"\nGodot RL Agents vs ours, learning running (PPO, an update every {LEARNING_BATCH} steps, "
                   "minibatches of 64, 10 epochs)")
-            versus_godot(python, learning.address, "learning", counts, rounds, warmup, window)
+            versus_godot(python, learning.algo.env_runner, "learning", counts, rounds, warmup, window)
             print(f"  ours: {learning.updates} PPO updates during the rounds")
         finally:
             learning.close()

@@ -20,12 +20,16 @@ example does:
   ``--batch`` steps per update (``n_steps`` per agent), minibatches of 64,
   10 epochs, stopped by a callback when the time is up.
 
-Then it sends ``close``, which ends the game process.
+Then it sends ``close``, which ends the game process. In the two inference
+loops it prints, last, one JSON line: ``{"cpu_us_per_tick"}``, its CPU time
+per ``step`` from the first to the last (its Python, torch or numpy, and its
+system calls).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -56,9 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "paused":
         obs = env.reset()
         deadline = time.monotonic() + args.seconds
+        cpu, steps = time.process_time(), 0
         while time.monotonic() < deadline:
             action, _ = model.predict(obs)
             obs, _, _, _ = env.step(action)
+            steps += 1
+        report_cpu(cpu, steps)
     else:
         class StopAtDeadline(BaseCallback):
             """Ends ``learn`` ``--seconds`` after it started collecting (its set-up takes seconds of its own)."""
@@ -85,7 +92,9 @@ def numpy_loop(port: int, weights: str, seconds: float) -> int:
     env = GodotEnv(port=port)
     obs, _ = env.reset()
     deadline = time.monotonic() + seconds
+    cpu, steps = time.process_time(), 0
     while time.monotonic() < deadline:
+        steps += 1
         x = np.array([o["obs"] for o in obs], dtype=np.float32)
         for weight, bias in layers[:-1]:
             x = np.tanh(x @ weight + bias)
@@ -94,8 +103,14 @@ def numpy_loop(port: int, weights: str, seconds: float) -> int:
         probs /= probs.sum(axis=1, keepdims=True)
         action = np.minimum((probs.cumsum(axis=1) < rng.random((len(probs), 1))).sum(axis=1), len(layers[-1][1]) - 1)
         obs, _, _, _, _ = env.step([action])
+    report_cpu(cpu, steps)
     env.close()
     return 0
+
+
+def report_cpu(since: float, steps: int) -> None:
+    """Print this process's CPU time per step since ``since`` (read by ``bench_served.py`` from the log)."""
+    print(json.dumps({"cpu_us_per_tick": (time.process_time() - since) * 1e6 / max(steps, 1)}), flush=True)
 
 
 if __name__ == "__main__":

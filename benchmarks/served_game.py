@@ -13,7 +13,9 @@ simulator:
 
 Either way the game times each tick's round trip (observations out, actions
 in) and, after ``--seconds``, prints one JSON line: ``{"actions", "seconds",
-"p50_ms", "p99_ms"}``; the actions counted are those of the measured window
+"p50_ms", "p99_ms", "cpu_us_per_tick"}`` (the last: this process's CPU time
+per tick of the window, its Python and its system calls, where the round trip
+is also the other side's); the actions counted are those of the measured window
 (``--warmup`` seconds after its first action). Uses numpy and, for ``--rlinks``, the client
 library only (no Ray).
 """
@@ -77,6 +79,8 @@ class Timer:
         self.start = self.stop = float("inf")
         self.rtts: list[float] = []
         self.actions = 0
+        #: process_time() at the window's first and last tick.
+        self.cpu: list[float] = []
 
     def begin(self) -> None:
         """The game is connected: the warm-up starts now."""
@@ -87,6 +91,10 @@ class Timer:
         if self.start <= began < self.stop:
             self.rtts.append(ended - began)
             self.actions += actions
+            cpu = time.process_time()
+            self.cpu[1:] = [cpu]
+            if len(self.cpu) == 1:
+                self.cpu.insert(0, cpu)
 
     @property
     def over(self) -> bool:
@@ -95,7 +103,8 @@ class Timer:
     def result(self, seconds: float) -> dict:
         rtts = np.asarray(self.rtts) * 1e3
         return {"actions": self.actions, "seconds": seconds,
-                "p50_ms": float(np.percentile(rtts, 50)), "p99_ms": float(np.percentile(rtts, 99))}
+                "p50_ms": float(np.percentile(rtts, 50)), "p99_ms": float(np.percentile(rtts, 99)),
+                "cpu_us_per_tick": (self.cpu[-1] - self.cpu[0]) * 1e6 / max(len(self.rtts) - 1, 1)}
 
 
 # --------------------------------------------------------------------------
