@@ -15,7 +15,7 @@ The actor goes on putting, reconnects by itself and sends again what was
 not confirmed. At the end every sample the actor put was recorded by some
 loop (a confirmed sample that was lost would be missing: it is never sent
 again), none twice by one loop, and at each kill what the actor had been
-told was confirmed was already recorded. Over TCP and over WebSocket.
+told was confirmed was already recorded. Over TCP, TLS and WebSocket.
 Counts only; no time is asserted.
 """
 
@@ -46,7 +46,7 @@ WAIT_S = 60.0
 class Loop:
     """One loop process, its printed lines, and the samples it recorded."""
 
-    def __init__(self, port: int, record: Path, **options: float) -> None:
+    def __init__(self, port: int, record: Path, **options: object) -> None:
         self.record = record
         flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
         self.proc = subprocess.Popen([sys.executable, "-u", str(LOOP), f"--port={port}", f"--record={record}",
@@ -89,8 +89,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws"])
-def test_a_loop_killed_anywhere_loses_no_confirmed_sample(scheme, tmp_path):
+@pytest.fixture(params=["tcp", "tls", "ws"])
+def scheme(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def tls(scheme, request) -> dict:
+    """The loop's TLS files and the actor's options, for ``tls``; nothing otherwise."""
+    if scheme != "tls":
+        return {"loop": {}, "actor": {}, "host": "127.0.0.1"}
+    certs = request.getfixturevalue("certs")
+    return {"loop": {"tls_cert": certs["server"], "tls_key": certs["server_key"]}, "actor": {"ca_file": certs["ca"]},
+            "host": "localhost"}
+
+
+def test_a_loop_killed_anywhere_loses_no_confirmed_sample(scheme, tls, tmp_path):
     port = _free_port()
     loops: list[Loop] = []
     put = 0
@@ -102,7 +116,7 @@ def test_a_loop_killed_anywhere_loses_no_confirmed_sample(scheme, tmp_path):
         put = end
 
     def start(**options: float) -> Loop:
-        loop = Loop(port, tmp_path / f"loop{len(loops)}.txt", **options)
+        loop = Loop(port, tmp_path / f"loop{len(loops)}.txt", **options, **tls["loop"])
         loops.append(loop)
         loop.wait_for("LISTENING")
         return loop
@@ -118,7 +132,8 @@ def test_a_loop_killed_anywhere_loses_no_confirmed_sample(scheme, tmp_path):
 
     try:
         first = start(step_s=600)
-        actor = RLinkActor(f"{scheme}://127.0.0.1:{port}", timeout=WAIT_S, backoff_initial=0.05, backoff_cap=0.5)
+        actor = RLinkActor(f"{scheme}://{tls['host']}:{port}", timeout=WAIT_S, backoff_initial=0.05, backoff_cap=0.5,
+                           **tls["actor"])
         try:
             # 1. Inside the training step of the first batch: nothing may be confirmed yet.
             put_up_to(actor, 12)
