@@ -424,10 +424,10 @@ def test_paced_a_local_client_keeps_one_batch_in_flight_so_its_steps_are_a_few_u
 
 
 @pytest.mark.parametrize("settings, window", [({}, None), ({"off_policy_backlog": "pace"}, 1),
-                                               ({"off_policy_backlog": "pace", "takeover_terminates": True}, 2)])
-def test_a_paced_runner_names_its_window_and_one_more_where_it_holds_parts_back(ray_local, settings, window):
+                                               ({"off_policy_backlog": "pace", "takeover_terminates": True}, None)])
+def test_a_paced_runner_names_its_window_but_not_where_it_holds_parts_back(ray_local, settings, window):
     """Under ``takeover_terminates`` a message is confirmed with the next one (takeover_held.py): a window of
-    one would make the client wait out the 2 s hold for every batch."""
+    one made the client wait out the 2 s hold for every batch (a paced DQN teacher run: no iteration in 90 s)."""
     from rlinks_rllib.client.sender import paced_in_flight
     from rlinks_rllib.protocol.config import read_config
 

@@ -53,7 +53,7 @@ from .listener import RLinkServer
 from .metrics import (RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, log_takeovers,
                       runner_key)
 from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
-from .offpolicy import PACED_IN_FLIGHT, PACED_IN_FLIGHT_HOLDING, EpisodeAliases, StepCredit, backlog_steps
+from .offpolicy import PACED_IN_FLIGHT, EpisodeAliases, StepCredit, backlog_steps
 from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
 from .recorder import runner_recorder
 from .scheduler import SamplePacer, WeightsChange
@@ -694,10 +694,9 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
     def _config_message(self, with_graph: bool = False) -> dict:
         cfg = self.config
         extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
-        if not self.on_policy and not self._drop_backlog:
-            # Paced: no batch sampled long before its turn (one more where a message waits for the next).
-            holds = self.settings.takeover_terminates and self._multi_agent is None
-            extra[PACED_IN_FLIGHT_KEY] = PACED_IN_FLIGHT_HOLDING if holds else PACED_IN_FLIGHT
+        holds = self.settings.takeover_terminates and self._multi_agent is None  # confirms with the next message
+        if not self.on_policy and not self._drop_backlog and not holds:
+            extra[PACED_IN_FLIGHT_KEY] = PACED_IN_FLIGHT  # paced: no batch sampled long before its turn
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
         params = self._module_params()
         observation_space, action_space = cfg.observation_space, cfg.action_space

@@ -21,7 +21,10 @@ assumption true instead of handing over whatever has arrived:
   in ``SET_CONFIG``): what they send is then sampled with weights a few
   updates old, not the learner's of a minute ago (each client used to keep
   up to ``max_unacked`` batches in flight, sampled with old weights, while
-  the paced runner took one fragment per ``sample()``).
+  the paced runner took one fragment per ``sample()``). Not under
+  ``takeover_terminates``: there a message is confirmed with the next chunk
+  of its episodes (takeover_held.py), which a client holding one batch in
+  flight would send only after the 2 s hold.
 * :class:`EpisodeAliases` gives a chunk whose episode lost an earlier chunk
   to a drop a fresh episode id: RLlib's replay buffer joins the chunks of
   one id and refuses one that does not continue the last.
@@ -32,7 +35,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable
 
-__all__ = ["BACKLOG_MODES", "PACED_IN_FLIGHT", "PACED_IN_FLIGHT_HOLDING", "StepCredit", "EpisodeAliases", "backlog_steps"]
+__all__ = ["BACKLOG_MODES", "PACED_IN_FLIGHT", "StepCredit", "EpisodeAliases", "backlog_steps"]
 
 #: Values of the ``off_policy_backlog`` setting.
 BACKLOG_MODES = ("drop", "pace")
@@ -40,10 +43,6 @@ BACKLOG_MODES = ("drop", "pace")
 #: Batches a paced client keeps sent and not yet confirmed: one, a fragment (a client's batches are fragments),
 #: what a ``sample()`` takes next.
 PACED_IN_FLIGHT = 1
-#: The same under ``takeover_terminates``: the runner holds the last part of each message back until the
-#: next chunk of its episode comes, and confirms the message with that part (takeover_held.py), so a client
-#: holding one batch in flight would wait out the hold (2 s) every time: two.
-PACED_IN_FLIGHT_HOLDING = 2
 
 #: The default backlog, in fragments (sample() calls' worth of steps).
 _DEFAULT_BACKLOG_FRAGMENTS = 4
