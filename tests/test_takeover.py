@@ -565,27 +565,35 @@ def test_the_teachers_take_over_rate_falls_as_ppo_learns_on_served_actions(tmp_p
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.timeout(600)
-def test_the_teachers_take_over_rate_falls_as_dqn_trains_on_its_steps(tmp_path):
+def test_under_dqn_the_teachers_steps_are_trained_on_and_its_rate_reported_every_iteration(tmp_path):
     """The same teacher under an off-policy learner, which trains on the steps the teacher took too.
 
-    DQN's clients run its Q-network here and explore along its epsilon
-    schedule; the teacher catches the pole whatever the policy did, and the
-    take-over rate falls as the Q-network learns to keep the pole up itself
-    (0.29 to 0.08-0.14 over iterations 6 to 10 in the runs this was written
-    with, noisily: one run's iteration 8 was back at 0.24). SAC with the
-    Pendulum teacher is a documented run (docs/EXAMPLES.md).
+    This test used to assert that the take-over rate falls over 10
+    iterations (the mean of the last five under 0.7 x the first five): it
+    failed more often than not, and it could only pass by luck. DQN under
+    the shipped config does not lower the rate reliably: 0.27 -> 0.39 over
+    24 iterations in one run here (returns 362 -> 130, 88-91% of the steps
+    dropped), and paced with ``takeover_terminates`` 0.24 -> 0.10 by
+    iteration 6, then back to 0.51 at iteration 12 as DQN's return fell from
+    485 to 120. The falling rate is held under discrete SAC (the next test),
+    where it falls every run. Here, what does not depend on DQN's luck: every
+    iteration trains on steps with take-overs among them and reports their
+    rate, which lies strictly between 0 and 1 (the teacher catches only
+    failures), and the clients run DQN's Q-network themselves.
     """
     run = train_through_cli(
         tmp_path,
-        ["--config", "configs/dqn_cartpole.yaml", "--stop-iters", "10", "--stop-reward", "1000"],
+        ["--config", "configs/dqn_cartpole.yaml", "--stop-iters", "6", "--stop-reward", "1000"],
         ["-n", "2", "--script", str(DUMMY_CLIENT), "--", "--teacher", "--off-policy", "--max-steps", "10000000"],
     )
     with open(run.output / "progress.csv", newline="") as table:
-        rates = [float(row[TAKEOVER_COLUMN]) for row in csv.DictReader(table)]
+        rows = list(csv.DictReader(table))
+    rates = [float(row[TAKEOVER_COLUMN]) for row in rows]
     print(f"\nthe teacher's take-over rate per episode under DQN, iteration by iteration: {rates}")
-    assert len(rates) == 10 and all(math.isfinite(rate) for rate in rates), rates
-    first, last = sum(rates[:5]) / 5, sum(rates[-5:]) / 5
-    assert first > 0.1 and last < 0.7 * first, rates
+    assert len(rates) == 6 and all(0.0 < rate < 1.0 for rate in rates), rates
+    assert all(float(row["env_steps_iter"]) > 0 for row in rows), rows
+    assert "| take-over " in run.learner_log
+    assert run.client_out.count("takeover_rate=") == 2, run.client_out
     assert "running QPolicy here, off-policy" in run.client_out
 
 
