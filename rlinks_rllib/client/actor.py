@@ -34,9 +34,9 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from ..protocol.extensions import Extension
+from ..protocol.buffers import BufferPool
 from ..protocol.samples import encode_sample
 from .connection import DEFAULT_EXTENSIONS, RLinkClient
-from .buffer_pool import BufferPool
 from .errors import ClientError, NotAgreed
 from .sample_sender import SampleSender
 from .shared_client import SharedClient
@@ -51,7 +51,7 @@ DEFAULT_MAX_UNACKED = 64
 #: Bytes of samples in flight and waiting to be sent, at most (the actor's memory for them, twice).
 DEFAULT_MAX_UNACKED_BYTES = 1024 * 1024 * 1024
 
-#: The most bytes of array copies an actor keeps for reuse (client/buffer_pool.py).
+#: The most bytes of array copies an actor keeps for reuse (protocol/buffers.py).
 MAX_POOLED_BYTES = 256 * 1024 * 1024
 #: How an actor reconnects by default: for about a minute (a training loop restarted after a crash,
 #: or by Ray Train), where a simulator's client gives up after a few seconds.

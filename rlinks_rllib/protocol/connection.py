@@ -51,7 +51,9 @@ from __future__ import annotations
 import collections
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
+
+import numpy as np
 
 from .auth import ClientAuth, ServerAuth
 from .codec import Buffer
@@ -385,6 +387,7 @@ class Connection:
             episodes with :func:`~.episodes.check_episode_state` next.
         samples_window: (server) the samples one client may leave unconfirmed,
             named in the ``PONG`` when ``samples`` is agreed (``protocol.samples``).
+        body_alloc: where large frame bodies are read (see :class:`~.framing.FrameDecoder`).
 
     Raises:
         ValueError: ``auth`` named in ``extensions``, an unknown extension,
@@ -403,6 +406,7 @@ class Connection:
         window: Optional[AckWindow] = None,
         columns: bool = False,
         samples_window: Optional[int] = None,
+        body_alloc: Optional[Callable[[int], np.ndarray]] = None,
     ) -> None:
         names = {e.value if isinstance(e, Extension) else str(e) for e in extensions}
         unknown = names - {e.value for e in Extension}
@@ -432,7 +436,7 @@ class Connection:
         self._server_auth: Optional[ServerAuth] = None
         self._max_frame_bytes = max_frame_bytes
         first_cap = max_frame_bytes if role is Role.CLIENT else min(HANDSHAKE_MAX_FRAME_BYTES, max_frame_bytes)
-        self._decoder = FrameDecoder(first_cap, columns=columns)
+        self._decoder = FrameDecoder(first_cap, columns=columns, alloc=body_alloc)
         self._received: collections.deque[_Received] = collections.deque()
         self._error: Optional[ProtocolError] = None
         self._eof = False

@@ -7,7 +7,7 @@ Neither does any I/O; the server and client wrap them around their sockets.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -161,16 +161,21 @@ class FrameDecoder:
         columns: decode ``EPISODES`` bodies a column at a time (see
             :func:`~.codec.decode_body`); for a server, which checks the
             episodes with :func:`~.episodes.check_episode_state` next.
+        alloc: where a large body goes: an uninitialized 1-D ``uint8`` array
+            of the size asked, never handed out again while anything refers
+            to it (``protocol.buffers.BufferPool.take``); ``None``: a new one.
     """
 
     def __init__(
-        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, validate: bool = True, columns: bool = False
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, validate: bool = True, columns: bool = False,
+        alloc: Optional[Callable[[int], np.ndarray]] = None,
     ) -> None:
         if not 0 < max_frame_bytes <= MAX_BODY_BYTES:
             raise ValueError(f"max_frame_bytes must be in 1..{MAX_BODY_BYTES}, got {max_frame_bytes}")
         self.max_frame_bytes = max_frame_bytes
         self._validate = validate
         self._columns = columns
+        self._alloc = alloc
         self._header = bytearray()
         # The body being collected: a writable view of an uninitialized
         # uint8 array (every byte is written before the body is decoded).
@@ -249,7 +254,7 @@ class FrameDecoder:
                     sizes.append(self.last_frame_bytes)
                     pos += size
                 else:
-                    self._body = memoryview(np.empty(size, np.uint8))
+                    self._body = memoryview(np.empty(size, np.uint8) if self._alloc is None else self._alloc(size))
         except ProtocolError as exc:
             self._error = exc
             # What this call decoded before the error, for a receiver that

@@ -142,7 +142,7 @@ class EncodedSample:
     nbytes: int
 
 
-def encode_sample(sample: Any, alloc: Optional[Callable[[int], bytearray]] = None) -> EncodedSample:
+def encode_sample(sample: Any, alloc: Optional[Callable[[int], np.ndarray]] = None) -> EncodedSample:
     """``sample`` checked (:func:`check_sample`) and packed as it goes inside a ``SAMPLES`` message.
 
     Packing a sample once, when it is put, is both the copy that frees the
@@ -162,7 +162,7 @@ def encode_sample(sample: Any, alloc: Optional[Callable[[int], bytearray]] = Non
     return EncodedSample(parts, sum(len(part) for part in parts))
 
 
-def _copy(part: memoryview, alloc: Optional[Callable[[int], bytearray]]) -> Buffer:
+def _copy(part: memoryview, alloc: Optional[Callable[[int], np.ndarray]]) -> Buffer:
     if alloc is None:
         return bytes(part)
     buffer = alloc(part.nbytes)

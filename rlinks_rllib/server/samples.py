@@ -71,6 +71,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .._version import SERVER_AGENT
 from ..protocol.auth import Secret, normalize_secret
+from ..protocol.buffers import BufferPool
 from ..protocol.connection import (
     ConfigRequested,
     ConnectionClosed,
@@ -111,6 +112,8 @@ _SEND_TIMEOUT_S = 30.0
 #: lands here and is copied into its body buffer; the rest is read straight
 #: into that buffer, so this stays small next to an image (0.9 MB).
 _READ_BYTES = 64 * 1024
+#: The most bytes of frame bodies kept for reuse.
+MAX_POOLED_BODY_BYTES = 256 * 1024 * 1024
 #: Frames smaller than this are written as one buffer (header and body joined).
 _COALESCE_BYTES = 64 * 1024
 #: Seconds a connection whose TLS handshake failed is drained before it is closed.
@@ -330,6 +333,8 @@ class SampleServer:
         self._ssl = tls_server_context(tls_cert_file, tls_key_file, tls_client_ca_file) if tls_cert_file else None
         self._room = threading.Condition()
         self.inbox = Inbox(max_buffer_samples, max_buffer_bytes, on_drained=self._drained)
+        #: Large frame bodies, reused once the loop let go of every array in them (protocol/buffers.py).
+        self._bodies = BufferPool(min(max_buffer_bytes, MAX_POOLED_BODY_BYTES))
         self._lock = threading.Lock()
         self._sessions: set[_Session] = set()
         self._by_client: dict[str, _Session] = {}
@@ -500,7 +505,7 @@ class SampleServer:
                 continue
             conn = Connection(Role.SERVER, extensions=self._extensions, agent=SERVER_AGENT, secret=self._secret,
                               max_frame_bytes=self.max_frame_bytes, columns=self._episodes is not None,
-                              samples_window=self.window)
+                              samples_window=self.window, body_alloc=self._bodies.take)
             session = _Session(sock, peer, conn, tls=self._ssl is not None)
             with self._lock:
                 full = len(self._sessions) >= self.max_clients
@@ -563,6 +568,8 @@ class SampleServer:
                     continue
                 target = None if stream else conn.read_buffer()
                 n = sock.recv_into(small if target is None else target)
+                if target is not None and 0 < n < len(target):
+                    n += self._fill(sock, target[n:])
             if stream:
                 self._stream_bytes(session, memoryview(small)[:n])
             elif not n:
@@ -575,6 +582,28 @@ class SampleServer:
             if ended:
                 return ended
         return "server stopping"
+
+    @staticmethod
+    def _fill(sock: socket.socket, view: memoryview) -> int:
+        """Read into ``view`` until it is full or the actor closes; the bytes read.
+
+        The rest of a large body comes in chunks of what the socket holds
+        (64 KB and up): reading them here, without a trip through the loop
+        and the Connection for each, is most of a camera sample's cost on
+        this side. Each wait is bounded by the socket's timeout
+        (``_SEND_TIMEOUT_S``: an actor that stops mid-frame for that long is
+        gone), and a stop closes the socket under it.
+
+        Raises:
+            OSError: the connection failed, or stayed silent mid-frame for the timeout.
+        """
+        got, size = 0, len(view)
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if not n:
+                break
+            got += n
+        return got
 
     def _stream_bytes(self, session: _Session, data: memoryview) -> None:
         """The stream's first bytes (RLlink or a WebSocket upgrade?), or bytes of a WebSocket; empty: its end.
