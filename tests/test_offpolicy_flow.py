@@ -434,5 +434,8 @@ def test_a_paced_runner_names_its_window_but_not_where_it_holds_parts_back(ray_l
     runner = _dqn_runner(**settings)
     try:
         assert paced_in_flight(read_config(runner._config_message())) == window  # noqa: SLF001
+        # With a window no sample() waits for more than a fragment: the steps a client holds back can't come
+        # (a debt of short calls made SAC's sample() wait out 45 s for them: 32 env steps in 75 s).
+        assert (runner._credit.max_debt == 0) == (window is not None)  # noqa: SLF001
     finally:
         runner.stop()

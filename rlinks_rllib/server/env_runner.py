@@ -210,11 +210,18 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
         self._aliases = EpisodeAliases()
         self._dropped_backlog_steps = 0
         self._drop_log = (0.0, 0)  # when the last line about dropping was logged, and the count then
+        #: Paced single-agent clients keep one batch in flight (``paced_in_flight``, see offpolicy.py).
+        self._in_flight: Optional[int] = None
         if self.on_policy:
             return
-        self._credit = StepCredit(self._target_steps, max_debt=self._backlog)
         # Multi-agent chunks are not renamed after a gap (MultiAgentEpisode ids nest), so they are paced.
         self._drop_backlog = self.settings.off_policy_backlog == "drop" and self._multi_agent is None
+        holds = self.settings.takeover_terminates  # confirms a message with the next one (takeover_held.py)
+        if not self._drop_backlog and self._multi_agent is None and not holds:
+            self._in_flight = PACED_IN_FLIGHT
+        # With clients that hold one batch in flight, a sample() that waited for more than a fragment (the
+        # debt of calls that came up short) would wait out its whole timeout for steps that can't come yet.
+        self._credit = StepCredit(self._target_steps, max_debt=0 if self._in_flight else self._backlog)
         if not self._drop_backlog:
             self.settings = dataclasses.replace(self.settings,
                                                 inbox_max_steps=min(self.settings.inbox_max_steps, self._backlog))
@@ -694,9 +701,8 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
     def _config_message(self, with_graph: bool = False) -> dict:
         cfg = self.config
         extra = {POLICY_GRAPH_KEY: self._policy_graph} if with_graph and self._policy_graph is not None else {}
-        holds = self.settings.takeover_terminates and self._multi_agent is None  # confirms with the next message
-        if not self.on_policy and not self._drop_backlog and not holds:
-            extra[PACED_IN_FLIGHT_KEY] = PACED_IN_FLIGHT  # paced: no batch sampled long before its turn
+        if self._in_flight is not None:
+            extra[PACED_IN_FLIGHT_KEY] = self._in_flight  # paced: no batch sampled long before its turn
         model_config = cfg.model_config if isinstance(cfg.model_config, dict) else dict(cfg.model_config)
         params = self._module_params()
         observation_space, action_space = cfg.observation_space, cfg.action_space
