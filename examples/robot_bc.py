@@ -60,8 +60,9 @@ class Policy(torch.nn.Module):
 def train_loop(config: dict) -> None:
     """One Ray Train worker: read this worker's share, train, sync back, wait for the actors to leave."""
     context = ray.train.get_context()
+    # Whole batches only: DDP's workers step in lock-step, so each must take the same number of batches.
     dataset = RLinkDataset(base_port=config["base_port"], batch_size=config["batch_size"],
-                           max_samples=config["samples_per_worker"], idle_timeout=60)
+                           max_samples=config["samples_per_worker"], idle_timeout=60, partial_batch_after=None)
     model = ray.train.torch.prepare_model(Policy())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     sync = RLinkSyncModel(dataset)

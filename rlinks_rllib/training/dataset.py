@@ -44,6 +44,7 @@ loader worker processes.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -90,7 +91,9 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_samples, max_buffer_bytes: what is held before actors are pushed back.
         idle_timeout: end an iteration after this many seconds with nothing arriving; ``None``: never.
         partial_batch_after: yield a batch smaller than ``batch_size`` after this many seconds with
-            nothing arriving (an actor's ``flush()`` or its leaving yields one at once).
+            nothing arriving (an actor's ``flush()`` or its leaving yields one at once). ``None``:
+            only whole batches (workers in DDP's lock-step each take the same number of steps;
+            an actor's ``flush()`` then waits for its batch to fill).
         max_samples: end an iteration after this many samples; ``None``: never.
         spaces: ``(observation_space, action_space)`` of EnvClient simulators (gymnasium spaces);
             with it (or ``env``) they connect, send episodes and act with the model synced.
@@ -130,7 +133,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         max_buffer_samples: int = 256,
         max_buffer_bytes: int = 512 * 1024 * 1024,
         idle_timeout: Optional[float] = None,
-        partial_batch_after: float = DEFAULT_PARTIAL_BATCH_AFTER_S,
+        partial_batch_after: Optional[float] = DEFAULT_PARTIAL_BATCH_AFTER_S,
         max_samples: Optional[int] = None,
         spaces: Optional[tuple[Any, Any]] = None,
         env: Optional[str] = None,
@@ -161,12 +164,13 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         if device is None:
             device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
         self.device = torch.device(device)
-        if isinstance(partial_batch_after, bool) or not isinstance(partial_batch_after, (int, float)) \
-                or not partial_batch_after > 0:
-            raise ValueError(f"partial_batch_after must be a number of seconds > 0, got {partial_batch_after!r}")
+        if partial_batch_after is not None and (
+                isinstance(partial_batch_after, bool) or not isinstance(partial_batch_after, (int, float))
+                or not partial_batch_after > 0):
+            raise ValueError(f"partial_batch_after must be a number of seconds > 0 or None, got {partial_batch_after!r}")
         self.batch_size = batch_size
         self.idle_timeout = idle_timeout
-        self.partial_batch_after = float(partial_batch_after)
+        self.partial_batch_after = None if partial_batch_after is None else float(partial_batch_after)
         self.max_samples = max_samples
         self.sender_key = sender_key
         server_options.setdefault("secret", load_secret(None))
@@ -270,7 +274,8 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         idle = self.idle_timeout if idle is None else idle
         now = time.monotonic()
         deadline = None if idle is None else now + idle
-        partial_at = now + self.partial_batch_after
+        partial_after = math.inf if self.partial_batch_after is None else self.partial_batch_after
+        partial_at = now + partial_after
         self._hand_on = self._hand_on and bool(self._ready)  # news of a flush counts for what came before it
         while len(self._ready) < count and not self._hand_on and not any(_is_chunk(item) for item, _ in self._ready):
             now = time.monotonic()
@@ -288,10 +293,11 @@ class RLinkDataset(torch.utils.data.IterableDataset):
                         items = [{**item, self.sender_key: message.client} for item in items]
                     self._ready.extend((item, None) for item in items[:-1])
                     self._ready.append((items[-1], message))
-                    partial_at = time.monotonic() + self.partial_batch_after
+                    partial_at = time.monotonic() + partial_after
                     if deadline is not None:
                         deadline = time.monotonic() + idle
-                self._hand_on = self._hand_on or ((message.flush or message.ended) and bool(self._ready))
+                self._hand_on = self._hand_on or ((message.flush or message.ended) and bool(self._ready)
+                                                  and self.partial_batch_after is not None)
         if self._ready and _is_chunk(self._ready[0][0]):
             count = 1
         else:

@@ -36,13 +36,14 @@ import sys
 import threading
 from typing import Any, Iterator, Optional
 
+from ..protocol.errors import RLinksError
 from . import quiet
 
 __all__ = ["StoppedWaiting", "sigterm_sets", "iteration_minimums"]
 
 logger = logging.getLogger("rlinks_rllib.learner")
 
-class StoppedWaiting(Exception):
+class StoppedWaiting(RLinksError):
     """SIGTERM came before the iteration's sampling took a single step: the iteration is dropped."""
 
 
