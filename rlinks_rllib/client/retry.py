@@ -28,10 +28,13 @@ waits for and the same backoff as a reconnection (:class:`ConnectWait`).
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
 import random
+import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -44,6 +47,9 @@ __all__ = [
     "DEFAULT_SHUTDOWN_GRACE_S", "SHUTDOWN_GRACE_ENV", "shutdown_grace",
     "DEFAULT_CONNECT_WAIT_S", "CONNECT_WAIT_ENV", "connect_wait",
 ]
+
+#: What a connect that found nothing listening fails with, besides a refusal, a timeout and an unknown name.
+_NOT_LISTENING = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN})
 
 #: Seconds a reliable client keeps trying to reach a learner that said ``shutting_down``.
 DEFAULT_SHUTDOWN_GRACE_S = 30.0
@@ -152,13 +158,17 @@ class ConnectWait:
         """Whether ``exc`` says nothing listens there yet: a connect that failed (refused,
         unreachable, a name not resolved yet), or a directory with no runner yet.
 
-        A server that took the connection and then closed it (a TLS port
-        spoken to in plain TCP, a full server, ``shutting_down``) is up: the
-        usual attempts apply.
+        A server that took the connection and then closed it or answered
+        in another tongue (a TLS port spoken to in plain TCP, a plain port
+        in TLS, a full server, ``shutting_down``) is up: the usual attempts
+        apply.
         """
         if isinstance(exc, NoRunnerYet):
             return True
-        return isinstance(exc, OSError) and not isinstance(exc, ClientError)
+        if isinstance(exc, (ClientError, ssl.SSLError)):
+            return False
+        return (isinstance(exc, (ConnectionRefusedError, socket.gaierror, TimeoutError))
+                or getattr(exc, "errno", None) in _NOT_LISTENING)
 
     def failed(self, exc: BaseException) -> None:
         """An attempt failed with ``exc``: start the wait if ``exc`` says the learner may not be up yet."""
