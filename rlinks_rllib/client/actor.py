@@ -207,8 +207,10 @@ class RLinkActor:
     def close(self, flush: bool = True) -> None:
         """Deliver what was put (``flush``, bounded by ``timeout``), then close the connection.
 
-        With ``flush=False`` (and when the ``with`` block ends by an
-        exception) what is unconfirmed is given up, with a warning naming it.
+        With ``flush=False`` (and when the ``with`` block ends by a
+        connection error or Ctrl-C; any other exception still flushes: what
+        was put is good data) what is unconfirmed is given up, with a
+        warning naming it.
 
         Raises:
             What :meth:`flush` raises (the connection is closed all the same).
