@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 import pytest
-from websockets.frames import Frame, Opcode
+from websockets.frames import Close, CloseCode, Frame, Opcode
 
 torch = pytest.importorskip("torch")
 
@@ -84,12 +84,21 @@ def _unbatch(batch: dict) -> list[dict]:
             for a, i, img in zip(batch["actor"], batch["index"], batch["image_0"])]
 
 
-def test_page_origin_not_allowed_gets_403_and_a_log_line_an_allowed_one_is_let_in(caplog):
+def refusal(port: int, origin: str) -> Close:
+    """The close frame a page of ``origin`` gets right after its 101 (answered as a browser answers it)."""
+    close = Frame(Opcode.CLOSE, Close(CloseCode.NORMAL_CLOSURE, "").serialize()).serialize(mask=True, extensions=[])
+    answer = upgrade(port, origin, then=close)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    body = answer[answer.index(b"\r\n\r\n") + 4:]
+    assert body[0] == 0x88 and body[1] < 126, body  # one unmasked close frame, then the server closed
+    return Close.parse(body[2:2 + body[1]])
+
+
+def test_page_origin_not_allowed_is_closed_with_the_reason_and_a_log_line_an_allowed_one_is_let_in(caplog):
     caplog.set_level(logging.WARNING, logger="rlinks_rllib.server.samples")
+    reason = "origin 'https://evil.example' is not in the dataset's ws_allowed_origins setting"
     with SampleServer(ws_allowed_origins=[PAGE]) as server:
-        refused = upgrade(server.port, "https://evil.example")
-        assert refused.startswith(b"HTTP/1.1 403"), refused
-        assert b"ws_allowed_origins" in refused
+        assert refusal(server.port, "https://evil.example") == Close(CloseCode.POLICY_VIOLATION, reason)
         text = Frame(Opcode.TEXT, b"PING").serialize(mask=True, extensions=[])
         answer = upgrade(server.port, PAGE, then=text)  # an allowed page origin is let in; a text message is not
         assert answer.startswith(b"HTTP/1.1 101") and b"bad_frame" in answer and b"binary" in answer
@@ -99,11 +108,11 @@ def test_page_origin_not_allowed_gets_403_and_a_log_line_an_allowed_one_is_let_i
             actor.flush()
         assert server.stats.refused == 2  # the origin, the text message
     lines = [r.getMessage() for r in caplog.records if "WebSocket upgrade refused" in r.getMessage()]
-    assert len(lines) == 1 and "403" in lines[0] and "evil.example" in lines[0]
+    assert len(lines) == 1 and lines[0].endswith(f"{reason} (WebSocket close 1008)"), lines
     # The dataset's default is the runner's: no page origin at all.
     with RLinkDataset(idle_timeout=1) as dataset:
         assert dataset.server.ws_allowed_origins == ()
-        assert upgrade(dataset.port, PAGE).startswith(b"HTTP/1.1 403")
+        assert refusal(dataset.port, PAGE).code == CloseCode.POLICY_VIOLATION
     with pytest.raises(ValueError, match="ws_allowed_origins"):
         SampleServer(ws_allowed_origins=PAGE)  # a string, not a list of origins
 

@@ -245,22 +245,113 @@ def _upgrade_with_origin(port: int, origin: str | None):
     return websocket
 
 
-def test_page_origins_are_let_in_by_the_setting_and_others_refused_with_403(caplog):
+def _refusal_of_origin(port: int, origin: str) -> ConnectFailed:
+    """What the Python client's WebSocket layer raises for a page of ``origin``: upgraded, then closed.
+
+    The close frame may come with the 101 or after it (then the client's ``PING`` went first, unanswered).
+    """
+    import socket
+
+    from rlinks_rllib.protocol.connection import Connection, Role
+
+    websocket = ClientWebSocket(Address("127.0.0.1", port, websocket=True), origin=origin)
+    conn = Connection(Role.CLIENT)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"".join(websocket.upgrade_request()))
+        with pytest.raises(ConnectFailed) as refused:
+            while not websocket.open:
+                websocket.receive_upgrade(sock.recv(65536))
+            conn.start()  # the PING
+            sock.sendall(b"".join(websocket.frames(conn.data_to_send())))
+            while data := sock.recv(65536):  # (the socket's timeout bounds each read)
+                websocket.receive(conn, data)
+    return refused.value
+
+
+def test_page_origins_are_let_in_by_the_setting_and_others_closed_with_1008_and_the_reason(caplog):
+    """A browser hides an HTTP 403 from its page, but hands it a close frame's code and reason."""
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.sync.client import connect
+
+    evil = "http://evil.example"
+    reason = f"origin '{evil}' is not in the runner's ws_allowed_origins setting"
     with serving(ws_allowed_origins=[ORIGIN]) as server:
         port = server.address[1]
         assert _upgrade_with_origin(port, ORIGIN).open
         assert _upgrade_with_origin(port, None).open  # not a page: Node, Python
         with caplog.at_level(logging.WARNING, logger="rlinks_rllib.server"):
-            with pytest.raises(ConnectFailed, match="HTTP 403.*ws_allowed_origins"):
-                _upgrade_with_origin(port, "http://evil.example")
-            wait_for(lambda: server.stats.errors["auth_failed"] == 1)
-        assert any("WebSocket upgrade refused" in r.getMessage() and "evil.example" in r.getMessage()
-                   for r in caplog.records)
+            refused = _refusal_of_origin(port, evil)  # a client that goes without answering the close
+            assert str(refused) == (f"ws://127.0.0.1:{port} refused the WebSocket connection "
+                                    f"(WebSocket close 1008: {reason})")
+            # A client that answers the close, as a browser does: the RLlink conversation never starts.
+            with connect(f"ws://127.0.0.1:{port}", origin=evil, open_timeout=5, close_timeout=5) as page:
+                with pytest.raises(ConnectionClosedError) as closed:
+                    page.send(encode_message({"type": "PING"})[8:])  # (unless the close came first)
+                    page.recv(timeout=5)
+            assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, reason)
+            wait_for(lambda: server.stats.errors["auth_failed"] == 2)
+        lines = [r.getMessage() for r in caplog.records if "WebSocket upgrade refused" in r.getMessage()]
+        assert len(lines) == 2 and all(line.endswith(f"{reason} (WebSocket close 1008)") for line in lines), lines
+        assert server.stats.frames_in == 0  # neither refused page's PING reached the RLlink Connection
     with serving(ws_allowed_origins=["*"]) as server:
         assert _upgrade_with_origin(server.address[1], "http://anywhere.example").open
     with serving() as server:  # no setting: no page gets in
-        with pytest.raises(ConnectFailed, match="403"):
-            _upgrade_with_origin(server.address[1], ORIGIN)
+        assert "1008" in str(_refusal_of_origin(server.address[1], ORIGIN))
+
+
+def test_the_directory_closes_a_page_of_another_origin_naming_the_runners_setting_and_logs_it_once(caplog):
+    directory = Directory("127.0.0.1", 0, ws_allowed_origins=[ORIGIN]).start()
+    try:
+        port = directory.address[1]
+        with caplog.at_level(logging.WARNING, logger="rlinks_rllib.server"):
+            refused = _refusal_of_origin(port, "http://evil.example")
+            assert "origin 'http://evil.example' is not in the runner's ws_allowed_origins setting" in str(refused)
+            wait_for(lambda: any("refused" in r.getMessage() for r in caplog.records))
+        assert _upgrade_with_origin(port, ORIGIN).open and _upgrade_with_origin(port, None).open
+    finally:
+        directory.stop()
+    lines = [r.getMessage() for r in caplog.records if "WebSocket upgrade from" in r.getMessage()]
+    assert len(lines) == 1 and "(WebSocket close 1008)" in lines[0], lines
+
+
+def test_a_close_1008_before_any_message_fails_the_python_client_at_once_with_the_reason():
+    """As a refused page origin is closed: ConnectFailed with the reason, no retry, no connect_wait."""
+    from websockets.sync.server import serve
+
+    reason = "origin 'http://elsewhere.example' is not in the runner's ws_allowed_origins setting"
+    accepted = []
+
+    def refuse(connection) -> None:
+        accepted.append(connection.remote_address)
+        connection.close(1008, reason)
+
+    with serve(refuse, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        address = f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+        try:
+            with pytest.raises(ConnectFailed) as refused:
+                with RLinkClient(address, **{**FAST, "retry_attempts": 5, "connect_wait": 60.0}) as client:
+                    client.get_state()
+        finally:
+            server.shutdown()
+            thread.join(10)
+    assert str(refused.value) == f"{address} refused the WebSocket connection (WebSocket close 1008: {reason})"
+    assert len(accepted) == 1
+
+
+def test_a_refusals_reason_fits_a_close_frame_and_always_names_the_setting():
+    from rlinks_rllib.protocol.websocket import MAX_CLOSE_REASON_BYTES
+    from rlinks_rllib.server.websocket import origin_refusal
+
+    assert origin_refusal("https://game.example", "dataset") == (
+        "origin 'https://game.example' is not in the dataset's ws_allowed_origins setting")
+    for origin in ("http://" + "a" * 300 + ".example", "http://" + "\u00e9" * 100 + ".example"):
+        reason = origin_refusal(origin, "runner")
+        raw = reason.encode()
+        assert len(raw) <= MAX_CLOSE_REASON_BYTES and raw.decode() == reason  # whole characters
+        assert reason.startswith("origin 'http://")
+        assert reason.endswith("... is not in the runner's ws_allowed_origins setting")
 
 
 def test_the_directory_answers_over_websocket_and_wss(certs):

@@ -35,7 +35,7 @@ from typing import Iterator, Optional, Sequence
 from ..protocol.codec import Buffer
 from ..protocol.connection import Connection
 from .address import Address
-from .errors import ConnectionLost, ServerTimeout, TLSFailed, TLSNotAvailable
+from .errors import ConnectFailed, ConnectionLost, ServerTimeout, TLSFailed, TLSNotAvailable
 from .websocket import ClientWebSocket
 
 __all__ = ["Transport", "tls_context", "RECV_CHUNK"]
@@ -351,6 +351,7 @@ class Transport:
             TLSFailed: (``handshaking``) the TLS layer failed: typically the
                 server wants a client certificate we did not send.
             ConnectionLost: the connection was reset or failed.
+            ConnectFailed: over WebSocket, the server refused us (close 1008 before any message).
         """
         body = conn.read_buffer()
         try:
@@ -372,6 +373,8 @@ class Transport:
             if exc.errno is None:  # our deadline, not the kernel's ETIMEDOUT (a dead link)
                 raise
             raise ConnectionLost(f"connection to {self.address} lost while waiting for {what}: {exc}") from exc
+        except ConnectFailed:
+            raise  # the server closed the WebSocket with 1008 before any message: it refused us (websocket.py)
         except OSError as exc:
             if ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
                 return False  # no whole TLS record yet

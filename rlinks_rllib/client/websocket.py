@@ -9,11 +9,15 @@ as a frame for the Connection (through
 ``websockets``' :class:`~websockets.client.ClientProtocol`; the socket,
 TLS and every deadline stay the Transport's.
 
-A refused upgrade (HTTP 403 for a page origin the runner does not allow,
-400 for a request it can't read) is :class:`~.errors.ConnectFailed`, not
-retried: the next attempt would be refused the same way. A runner that is
-full (``max_clients``) refuses a connection before it reads a byte, so its
-answer to the upgrade is an RLlink ``ERROR``: that is
+A refused upgrade (HTTP 400 for a request the server can't read; HTTP 403
+from an older rlinks for a page origin it does not allow) is
+:class:`~.errors.ConnectFailed`, not retried: the next attempt would be
+refused the same way. So is a WebSocket the server closes with 1008
+(policy violation) before it has sent any RLlink message: how a runner or
+a dataset refuses a page's origin now (upgraded, then closed with the
+reason, which a browser can read where it hides an HTTP answer). A runner
+that is full (``max_clients``) refuses a connection before it reads a byte,
+so its answer to the upgrade is an RLlink ``ERROR``: that is
 :class:`~.errors.ServerError`, as over TCP.
 """
 
@@ -23,7 +27,7 @@ from typing import Iterable, Optional
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus
-from websockets.frames import CloseCode
+from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
 from websockets.uri import parse_uri
@@ -35,7 +39,7 @@ from ..protocol.framing import FrameDecoder
 from ..protocol.limits import HEADER_BYTES, MAX_BODY_BYTES
 from ..protocol.websocket import MessageChannel, split_frames
 from .address import Address
-from .errors import ConnectFailed, ProtocolViolation, ServerError
+from .errors import ConnectFailed, ConnectionLost, ProtocolViolation, ServerError
 
 __all__ = ["ClientWebSocket"]
 
@@ -80,7 +84,8 @@ class ClientWebSocket:
         """Take bytes of the server's answer to the upgrade (``b""``: the server closed).
 
         Raises:
-            ConnectFailed: the server refused the upgrade, or did not answer with HTTP.
+            ConnectFailed: the server refused the upgrade (or upgraded and closed
+                at once with 1008), or did not answer with HTTP.
             ServerError: the server answered with an RLlink ``ERROR`` (it was full).
             ProtocolViolation: the server sent a message before we spoke.
         """
@@ -99,6 +104,8 @@ class ClientWebSocket:
         for event in ws.events_received():
             if isinstance(event, Response):
                 self._response = event
+            elif isinstance(event, Frame) and event.opcode is Opcode.CLOSE and ws.close_rcvd is not None:
+                raise self._closed_at_once(ws.close_rcvd)  # with its 101: nothing of RLlink came
             else:
                 raise ProtocolViolation(f"{self.address} sent a WebSocket message before the client spoke")
         exc = ws.handshake_exc
@@ -130,12 +137,16 @@ class ClientWebSocket:
 
         Raises:
             ProtocolViolation: the server broke RFC 6455 or sent a text message.
+            ConnectFailed: the server closed with 1008 before sending any RLlink message (it refused us).
         """
         channel = self._channel_for(conn)
         channel.receive_data(data)
         if channel.error is not None:
             raise ProtocolViolation(f"{self.address} sent invalid WebSocket data: {channel.error}",
                                     code=channel.error.code)
+        close = self.ws.close_rcvd
+        if close is not None and close.code == CloseCode.POLICY_VIOLATION and conn.frames_received == 0:
+            raise self._closed_at_once(close)
         return [chunk for chunk in self.ws.data_to_send() if chunk]
 
     def receive_eof(self, conn: Connection) -> None:
@@ -153,6 +164,17 @@ class ClientWebSocket:
     def close_text(self) -> str:
         """The server's close code and reason, if it sent a close frame ('' otherwise)."""
         return self._channel.close_text if self._channel is not None else ""
+
+    def _closed_at_once(self, close: Close) -> ConnectionError:
+        """The error of a server that closed the WebSocket before sending any RLlink message.
+
+        With 1008 (policy violation) it refused us as we are (a page origin it does not allow):
+        :class:`~.errors.ConnectFailed`, never retried. Another code: :class:`~.errors.ConnectionLost`.
+        """
+        said = f"(WebSocket close {close.code}{': ' + close.reason if close.reason else ''})"
+        if close.code == CloseCode.POLICY_VIOLATION:
+            return ConnectFailed(f"{self.address} refused the WebSocket connection {said}")
+        return ConnectionLost(f"{self.address} closed the WebSocket before answering {said}")
 
     def _channel_for(self, conn: Connection) -> MessageChannel:
         if self._channel is None or self._channel.conn is not conn:

@@ -198,7 +198,8 @@ class Directory:
                 if data is None:
                     continue  # a prefix of "GET ": too soon to tell
                 if first.websocket:
-                    ws = ServerWebSocket(conn, allowed_origins=self._ws_allowed_origins,
+                    # (Its origins are the runners' setting: a refused page is told so.)
+                    ws = ServerWebSocket(conn, server="runner", allowed_origins=self._ws_allowed_origins,
                                          max_message_bytes=_MAX_MESSAGE_BYTES,
                                          handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, _MAX_MESSAGE_BYTES))
             if ws is not None and data:
@@ -233,7 +234,7 @@ class Directory:
             for part in conn.data_to_send() if ws is None else ws.data_to_send():
                 writer.write(part)
             await writer.drain()
-            if ws is not None and ws.refusal is not None:
+            if ws is not None and ws.refusal is not None and ws.finished:
                 logger.warning("rlinks directory: WebSocket upgrade from %s refused: %s",
                                writer.get_extra_info("peername"), ws.refusal)
             if not data or conn.state is State.CLOSED or ws is not None and ws.finished:

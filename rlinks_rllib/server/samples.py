@@ -281,7 +281,7 @@ class SampleServer:
             their own default window; :meth:`take` confirms on taking).
         ws_allowed_origins: the runner's setting of that name (``server/settings.py``, same
             default): the page origins whose WebSocket upgrade is let in (``"*"``: any); an
-            ``Origin`` not among them gets HTTP 403. An actor that is a program (``ws://`` from
+            ``Origin`` not among them is closed with 1008 and why. An actor that is a program (``ws://`` from
             Python, Node) sends no ``Origin`` and is always let in.
 
     Raises:
@@ -623,7 +623,7 @@ class SampleServer:
                 else:
                     session.conn.receive_eof()  # gone before saying anything (or a prefix of "GET " only)
                 return
-            ws = ServerWebSocket(session.conn, allowed_origins=self.ws_allowed_origins,
+            ws = ServerWebSocket(session.conn, server="dataset", allowed_origins=self.ws_allowed_origins,
                                  max_message_bytes=self.max_frame_bytes,
                                  handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, self.max_frame_bytes))
             with session.lock:

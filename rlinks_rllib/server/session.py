@@ -399,7 +399,8 @@ class Session(asyncio.BufferedProtocol):
                 return
             settings = self.host.settings
             self._ws = ServerWebSocket(
-                self.conn, allowed_origins=settings.ws_allowed_origins, max_message_bytes=settings.max_frame_bytes,
+                self.conn, server="runner", allowed_origins=settings.ws_allowed_origins,
+                max_message_bytes=settings.max_frame_bytes,
                 handshake_max_bytes=min(HANDSHAKE_MAX_FRAME_BYTES, settings.max_frame_bytes))
             data = memoryview(start)
         ws = self._ws

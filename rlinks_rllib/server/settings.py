@@ -127,7 +127,7 @@ class RLinkSettings:
             always, and a failed export stops the runner; ``off``: never.
         ws_allowed_origins: the origins (``"https://game.example"``) whose pages
             may connect over WebSocket (PROTOCOL.md 16); an upgrade whose
-            ``Origin`` header names another is refused with HTTP 403. One
+            ``Origin`` header names another is closed with 1008 and why. One
             without ``Origin`` (Node, Python, any program that is not a page)
             is let in. ``"*"``: pages from any origin.
         record_dir: a folder to record every episode this runner hands RLlib
