@@ -274,11 +274,13 @@ def test_tls_and_wss_with_the_secret(node, certs, secret_file):
 # ----------------------------------------------------------------------
 # Installed the way JavaScript users install it
 
-#: Imports the package by name, connects, and prints what it got (argv: the address, then an origin or "").
+#: Imports the package by name, connects, and prints what it got (argv: the address, an origin or "", and
+#: Client options as JSON over the defaults here).
 CONNECT_AND_SAY = """
     import { Client, ConnectFailed } from "rlinks-client";
-    const [address, origin] = process.argv.slice(1);
-    const client = new Client(address, { retryAttempts: 1, connectWaitMs: 0, ...(origin ? { origin } : {}) });
+    const [address, origin, options] = process.argv.slice(1);
+    const client = new Client(address, { retryAttempts: 1, connectWaitMs: 0, ...(origin ? { origin } : {}),
+                                         ...JSON.parse(options || "{}") });
     try {
       const state = await client.getState();
       console.log(JSON.stringify({ ok: true, params: state.weights.params.size }));
@@ -300,9 +302,10 @@ def npm_in(project: Path, *args: str, timeout: float = 300) -> None:
     assert done.returncode == 0, f"npm {' '.join(args)} failed in {project}:\n{done.stdout}\n{done.stderr}"
 
 
-def connect_from(node: str, project: Path, address: str, *node_flags: str, origin: str = "") -> dict:
-    done = subprocess.run([node, *node_flags, "--input-type=module", "-e", CONNECT_AND_SAY, address, origin],
-                          cwd=project, capture_output=True, text=True, timeout=60)
+def connect_from(node: str, project: Path, address: str, *node_flags: str, origin: str = "",
+                 options: dict | None = None) -> dict:
+    done = subprocess.run([node, *node_flags, "--input-type=module", "-e", CONNECT_AND_SAY, address, origin,
+                           json.dumps(options or {})], cwd=project, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -333,20 +336,30 @@ def test_npm_install_from_the_checkout_and_from_npm_pack_then_import_and_connect
         assert result == {"ok": True, "params": len(PARAMS)}, result
 
 
-def test_a_refused_web_origin_is_reported_with_its_reason(node):
-    """The learner's HTTP 403 and its reason reach the client's ConnectFailed (no retry: it would fail alike)."""
+def test_a_refused_web_origin_is_reported_with_its_reason_at_once(node):
+    """The runner upgrades a page of an origin it does not let in, then closes with 1008 and the reason: the
+    client's ConnectFailed carries it, with no retry and no connect wait (one connection: the next would be
+    refused alike). A browser reads the same close (it hides an HTTP 403 from the page)."""
+    from test_auth_tls import wait_for
+
     with FakeLearner(ws_allowed_origins=("http://game.example",)) as learner:
         address = f"ws://127.0.0.1:{learner.port}"
-        refused = connect_from(node, PACKAGE, address, origin="http://elsewhere.example")
+        refused = connect_from(node, PACKAGE, address, origin="http://elsewhere.example",
+                               options={"retryAttempts": 5, "connectWaitMs": 60_000})
+        connections = learner.server.stats.connections_total
+        # The refusal, counted once the client has answered the close:
+        wait_for(lambda: learner.server.stats.errors["auth_failed"] == 1)
         allowed = connect_from(node, PACKAGE, address, origin="http://game.example")
+        plain = connect_from(node, PACKAGE, address)  # a program sends no Origin: let in, as ever
     assert refused["refused"], refused
-    assert refused["error"] == (f"ConnectFailed: {address} refused the WebSocket upgrade: HTTP 403: origin "
-                                "'http://elsewhere.example' is not in the runner's ws_allowed_origins setting"), refused
-    assert allowed == {"ok": True, "params": len(PARAMS)}, allowed
+    assert refused["error"] == (f"ConnectFailed: {address} refused the WebSocket connection (WebSocket close 1008: "
+                                "origin 'http://elsewhere.example' is not in the runner's ws_allowed_origins setting)")
+    assert connections == 1
+    assert allowed == plain == {"ok": True, "params": len(PARAMS)}, (allowed, plain)
 
 
 def test_a_websocket_closed_as_a_policy_violation_is_not_retried(node):
-    """Close 1008 (what a server that refuses a page's origin can send a browser, which reads no HTTP 403)."""
+    """Close 1008 from any WebSocket server (rlinks' runner closes a page it refuses so): ConnectFailed, not retried."""
     from websockets.sync.server import serve
 
     def refuse(connection) -> None:

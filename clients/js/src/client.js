@@ -743,8 +743,10 @@ export class Client {
   }
 
   /**
-   * In a browser, what a failed WebSocket can't say: a page's WebSocket learns no reason when the
-   * learner refuses its origin (HTTP 403), so the error names the page's origin and the flag that lets it in.
+   * In a browser, what a failed WebSocket can't say: a learner refuses a page's origin with close 1008 and
+   * the reason (then the error is a ConnectFailed that says it, and this hint is not reached), but an older
+   * one answered HTTP 403, of which a page's WebSocket learns nothing: the error names the page's origin and
+   * the flag that lets it in.
    */
   _originHint() {
     const origin = globalThis.location?.origin;

@@ -5,11 +5,16 @@
  * optional dependency: `npm install ws`), since Node 20 has no WebSocket
  * client without a flag. A text message is a protocol error.
  *
- * A learner that refuses the upgrade answers an HTTP status with its reason
- * (403: the page's origin is not in its ws_allowed_origins). Under Node that
- * answer is read and thrown as {@link ConnectFailed}, which no retry gets
- * past; a browser's WebSocket is told no reason (the client's ConnectFailed
- * then names the page's origin and the flag that lets it in).
+ * A learner that refuses a page's origin (not in its ws_allowed_origins)
+ * lets the upgrade through and closes at once with 1008 (policy violation)
+ * and a reason naming the origin and the setting: a browser hands the page
+ * that close, where it hides an HTTP answer. Any close 1008 is thrown as
+ * {@link ConnectFailed}, which no retry or connect wait gets past. A learner
+ * that refuses the upgrade itself answers an HTTP status with its reason
+ * (400; 403 from an older rlinks for an origin): under Node that answer is
+ * read and thrown as ConnectFailed too; a browser's WebSocket is told no
+ * reason (the client's error then names the page's origin and the flag that
+ * lets it in).
  */
 
 import { ConnectFailed, ConnectionLost, FrameError, ProtocolError, UsageError } from "./errors.js";
@@ -62,10 +67,12 @@ export class WebSocketTransport extends Transport {
       }
     };
     socket.onclose = (event) => {
-      const reason = event.reason ? `: ${event.reason}` : "";
-      const text = `${address} closed the connection (WebSocket close ${event.code}${reason})`;
       // 1008, policy violation: the server refuses us as we are (an origin it does not allow): no retry helps.
-      this._closed(event.code === POLICY_VIOLATION ? new ConnectFailed(text) : new ConnectionLost(text));
+      const refused = event.code === POLICY_VIOLATION;
+      const said = `(WebSocket close ${event.code}${event.reason ? `: ${event.reason}` : ""})`;
+      const what = refused && this.received === 0 ? "refused the WebSocket connection" : "closed the connection";
+      const text = `${address} ${what} ${said}`;
+      this._closed(refused ? new ConnectFailed(text) : new ConnectionLost(text));
     };
     socket.onerror = () => this._closed(new ConnectionLost(`connection to ${address} lost`));
   }
