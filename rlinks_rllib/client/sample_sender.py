@@ -6,9 +6,10 @@ message, then looks again. A lone sample goes out at once; while a message
 is being written the next ones gather behind it, so a loop that puts at
 thousands a second pays one frame, one system call and one ``ACK`` per
 gathering instead of per sample (group commit, as databases write their
-logs). A put that comes alone (:data:`LONE_S` after the last) is sent on
-the caller's own thread, and so is what ``flush`` finds left: a robot at
-50 Hz, or a ``put`` then ``flush``, costs no hand-over to the thread.
+logs). A put that comes alone (:data:`LONE_S` after the last, or the
+first after a ``flush``) is sent on the caller's own thread, and so is what
+``flush`` finds left: a robot at 50 Hz, or ``put`` then ``flush`` in a loop,
+costs no hand-over to the thread.
 
 What waits here is bounded: ``put`` blocks (at most ``timeout``) while the
 samples gathered reach the connection's window, and the window bounds what
@@ -132,6 +133,8 @@ class SampleSender:
                     self._client.call(self._client.raw.send_encoded_samples, batch, flush=mark and last)
             if last:
                 break
+        with self._cond:
+            self._last_put = 0.0  # the stream paused here: the next put comes alone
         self._client.call(self._client.raw.flush)
 
     def check(self) -> None:
