@@ -13,15 +13,16 @@ from __future__ import annotations
 import math
 import re
 import socket
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
 from peers import CLOSE, HANDLED, RLinkTestServer
-from rlinks_rllib.protocol.config import build_config
+from rlinks_rllib.protocol.config import PACED_IN_FLIGHT_KEY, build_config
 from rlinks_rllib.protocol.connection import (
     ActReceived,
     ConfigRequested,
@@ -99,6 +100,79 @@ class ScriptedRunner(RLinkTestServer):
 
     def batch_messages(self) -> list[tuple[int, dict]]:
         return [(conn, m) for conn, m in self.messages if m["type"] in ("EPISODES", "EPISODES_AND_GET_STATE")]
+
+
+class PacedRunner(ScriptedRunner):
+    """An off-policy runner that paces its clients (``off_policy_backlog: pace``), for counting batches in flight.
+
+    Its ``SET_CONFIG`` says off-policy and names ``paced_in_flight`` (``None``:
+    names none, as an unpaced runner). It holds each batch's ``ACK`` back for
+    ``hold_s`` (a timer sends it), as a paced runner confirms a batch only at
+    its next ``sample()``, and records in :attr:`in_flight`, as each batch
+    arrives, how many of the client's batches are sent and unconfirmed, that
+    one included. The hold only gives a client room to run ahead; what a test
+    asserts is the count. One client connection at a time.
+    """
+
+    def __init__(self, *, paced_in_flight: Optional[int] = 1, hold_s: float = 0.05, **kwargs) -> None:
+        named = {} if paced_in_flight is None else {PACED_IN_FLIGHT_KEY: paced_in_flight}
+        kwargs.setdefault("config", {**CONFIG, "on_policy": False, **named})
+        super().__init__(**kwargs)
+        self.hold_s = hold_s
+        #: Per batch received: the client's batches sent and not yet confirmed, with it.
+        self.in_flight: list[int] = []
+        self._unconfirmed = 0
+        self._send = threading.Lock()  # the handler's replies and the timers' ACKs share the socket
+        self._timers: list[threading.Timer] = []
+
+    def reply(self, conn, message: dict, agreed: frozenset[str]) -> None:
+        if message["type"] == "EPISODES" and "ack" in agreed and "seq" in message:
+            with self._send:
+                self._unconfirmed += 1
+                self.in_flight.append(self._unconfirmed)
+            timer = threading.Timer(self.hold_s, self._confirm, (conn, message["seq"]))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+            return
+        with self._send:
+            super().reply(conn, message, agreed)
+
+    def _confirm(self, conn, seq: int) -> None:
+        with self._send:
+            self._unconfirmed -= 1
+            try:
+                conn.send({"type": "ACK", "seq": seq})
+            except OSError as exc:  # the client went without waiting for it: the test sees it in errors
+                self.errors.append(exc)
+
+    def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+            timer.join(self.timeout)
+        super().stop()
+
+
+def check_the_paced_window(run_cartpole: Callable[[str, int], subprocess.CompletedProcess]) -> None:
+    """``paced_in_flight`` (PROTOCOL.md 9) held to a client, as the Python client's test in test_offpolicy_flow.py.
+
+    ``run_cartpole(address, steps)`` runs the client's CartPole example there. Against a :class:`PacedRunner`
+    that names 1, never more than one batch is sent and unconfirmed (each waits for the last one's ACK, so it
+    is sampled with the weights of then); one that names none lets the client run ahead while an ACK is held
+    back. Counted, never timed: the batches sent and unconfirmed as each arrives at the runner.
+    """
+    for named in (1, None):
+        with PacedRunner(paced_in_flight=named) as runner:
+            result = run_cartpole(runner.address, 10 * UPDATE_STEPS)
+        assert result.returncode == 0, result.stderr
+        assert runner.errors == [] and "off-policy batches" in result.stderr
+        summary = summary_of(result.stdout)
+        assert summary["steps_acked"] == summary["steps_sent"] == 10 * UPDATE_STEPS
+        assert len(runner.in_flight) == 10, runner.in_flight
+        if named:
+            assert max(runner.in_flight) == 1, runner.in_flight
+        else:
+            assert max(runner.in_flight) > 1, runner.in_flight  # the window was what held it back
 
 
 class FakeLearner:

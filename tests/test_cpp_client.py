@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 
 from client_peers import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
-                          check_chunk, directory_of, lean_rule, rows_of, summary_of, weights_before_ack)
+                          check_chunk, check_the_paced_window, directory_of, lean_rule, rows_of, summary_of,
+                          weights_before_ack)
 from peers import CLOSE, HANDLED
 from rlinks_rllib.protocol.config import build_config
 from rlinks_rllib.protocol.weights import build_state
@@ -406,6 +407,13 @@ def test_off_policy_batches_go_without_waiting_for_weights(cpp):
     assert [m["timesteps"] for _, m in server.batch_messages()] == [64] * 15 + [40]
     summary = summary_of(result.stdout)
     assert summary["steps_acked"] == summary["steps_sent"] == 1000
+
+
+def test_a_paced_runners_window_keeps_one_batch_sent_and_unconfirmed(cpp):
+    """A paced runner names ``paced_in_flight`` 1: the client's off-policy batches wait for the last one's ACK
+    (without it, max_unacked and its send queue let it run ahead)."""
+    check_the_paced_window(lambda address, steps: cartpole(cpp, "--address", address, "--max-steps", str(steps),
+                                                           "--seed", "1"))
 
 
 def scenario(cpp, address: str, name: str) -> subprocess.CompletedProcess:

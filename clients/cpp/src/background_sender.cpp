@@ -14,8 +14,10 @@ constexpr auto kSlice = std::chrono::milliseconds(100);
 
 }  // namespace
 
-BackgroundSender::BackgroundSender(SharedClient& client, double timeout_s, double weights_every_s, size_t depth)
-    : client_(client), timeout_s_(timeout_s), weights_every_s_(weights_every_s), depth_(std::max<size_t>(depth, 1)) {
+BackgroundSender::BackgroundSender(SharedClient& client, double timeout_s, double weights_every_s, size_t depth,
+                                   size_t in_flight)
+    : client_(client), timeout_s_(timeout_s), weights_every_s_(weights_every_s),
+      depth_(std::max<size_t>({depth, in_flight, 1})), in_flight_(in_flight) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -27,10 +29,16 @@ void BackgroundSender::send(std::vector<Value> chunks) {
   while (true) {
     if (error_) std::rethrow_exception(error_);
     if (done_ || closing_ || client_.interrupted()) throw client_.closed();
-    if (queue_.size() < depth_) {
+    const bool paced_full = in_flight_ > 0 && unconfirmed_ >= in_flight_;
+    if (queue_.size() < depth_ && !paced_full) {
       queue_.push_back(std::move(chunks));
+      if (in_flight_ > 0) ++unconfirmed_;
       changed_.notify_all();
       return;
+    }
+    if (Clock::now() >= deadline && paced_full) {
+      throw Timeout("the runner confirmed none of this client's batches for " + std::to_string(int(timeout_s_)) +
+                    " s (paced: it takes them one sample() at a time)");
     }
     if (Clock::now() >= deadline) {
       throw Timeout("the runner took no batch for " + std::to_string(int(timeout_s_)) + " s (" +
@@ -108,6 +116,12 @@ void BackgroundSender::run() {
       }
       changed_.notify_all();
       client_.call([&](Client& client) { client.send_episodes(std::move(batch)); }, false);
+      if (in_flight_ > 0) {
+        client_.call([](Client& client) { client.flush(); }, false);  // its ACK: the runner handed it to RLlib
+        std::lock_guard<std::mutex> lock(mutex_);
+        --unconfirmed_;
+        changed_.notify_all();
+      }
       if (std::chrono::duration<double>(Clock::now() - last_weights).count() >= weights_every_s_) {
         WeightsUpdate update = client_.call([](Client& client) { return client.get_state(); }, false);
         last_weights = Clock::now();

@@ -20,11 +20,17 @@ namespace rlinks {
 // confirmed by ACKs) and, at most every `weights_every_s`, fetches the
 // newest weights, which the loop takes with newest_weights(). At most
 // `depth` batches wait: when the runner falls that far behind, send() waits
-// for room, up to `timeout_s`. An error of the thread (the learner ended, the
-// connection lost for good) is thrown again by the loop's next send() or check().
+// for room, up to `timeout_s`. A runner that paces its clients names
+// `in_flight` (its paced_in_flight, usually 1; 0: none named): then send()
+// also waits until fewer than that many batches are handed over and not yet
+// confirmed, so the loop samples its next batch with the weights of the last
+// ACK instead of running max_unacked + depth batches ahead with old ones. An
+// error of the thread (the learner ended, the connection lost for good) is
+// thrown again by the loop's next send() or check().
 class BackgroundSender {
  public:
-  BackgroundSender(SharedClient& client, double timeout_s, double weights_every_s, size_t depth);
+  BackgroundSender(SharedClient& client, double timeout_s, double weights_every_s, size_t depth,
+                   size_t in_flight = 0);
   ~BackgroundSender();  // abandon()
   BackgroundSender(const BackgroundSender&) = delete;
   BackgroundSender& operator=(const BackgroundSender&) = delete;
@@ -50,10 +56,12 @@ class BackgroundSender {
   const double timeout_s_;
   const double weights_every_s_;
   const size_t depth_;
+  const size_t in_flight_;  // 0: not paced
 
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::vector<Value>> queue_;
+  size_t unconfirmed_ = 0;  // paced: batches handed over and not yet confirmed (queued ones included)
   bool closing_ = false;  // deliver what is queued, then end
   bool quit_ = false;     // end now
   bool done_ = false;

@@ -417,6 +417,7 @@ std::unique_ptr<Engine> EnvClient::local_engine(const WeightsUpdate& update) {
   setup.timeout_s = options_.connection.timeout_s;
   setup.weights_every_s = options_.weights_every_s;
   setup.queue_batches = options_.send_queue_batches;
+  setup.in_flight = config_ ? config_->paced_in_flight.value_or(0) : 0;
   std::mt19937_64 rng(options_.seed ? *options_.seed : std::random_device{}());
   observation_size_ = policy.observation_size();
   space_ = space;

@@ -11,7 +11,8 @@ LocalInference::LocalInference(SharedClient& client, LocalPolicy policy, const W
       pending_(setup.num_envs, false), untrained_(setup.num_envs, false), taken_over_(setup.num_envs, false),
       seq_no_(policy_.seq_no()) {
   if (!setup.on_policy) {
-    sender_ = std::make_unique<BackgroundSender>(client, setup.timeout_s, setup.weights_every_s, setup.queue_batches);
+    sender_ = std::make_unique<BackgroundSender>(client, setup.timeout_s, setup.weights_every_s, setup.queue_batches,
+                                                 setup.in_flight);
   }
 }
 

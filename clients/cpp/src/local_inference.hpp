@@ -33,6 +33,7 @@ class LocalInference : public Engine {
     double timeout_s = 120;   // the sender's waits
     double weights_every_s = 1.0;
     size_t queue_batches = 4;
+    size_t in_flight = 0;  // off-policy: the runner's paced_in_flight (0: it names none)
   };
 
   LocalInference(SharedClient& client, LocalPolicy policy, const WeightsUpdate& first, const Setup& setup,

@@ -96,6 +96,10 @@ std::optional<RunnerConfig> read_runner_config(const Value& set_config) {
       config.discrete_actions = n;
     }
   }
+  if (const Value* paced = description->find("paced_in_flight"); paced != nullptr) {
+    uint64_t batches = 0;
+    if (paced->get_uint64(batches) && batches >= 1) config.paced_in_flight = batches;
+  }
   config.algorithm = algorithm->as_str();
   config.on_policy = on_policy->as_bool();
   config.fcnet_activation = activation(*model_config, "fcnet_activation", "tanh");

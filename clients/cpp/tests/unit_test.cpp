@@ -24,6 +24,7 @@
 #include "rlinks/framing.hpp"
 #include "rlinks/messages.hpp"
 #include "rlinks/mlp.hpp"
+#include "rlinks/runner_config.hpp"
 #include "rlinks/msgpack.hpp"
 #include "rlinks/offer.hpp"
 #include "rlinks/policy.hpp"
@@ -828,6 +829,25 @@ void test_env_client_without_a_server() {
 
 }  // namespace
 
+void test_runner_config_paced_in_flight() {
+  // A paced runner names how many batches an off-policy client keeps unconfirmed; anything but an int >= 1 is none.
+  const auto read = [](std::optional<Value> paced) {
+    const Value bound = NdArray::scalar(DType::float32(), Bytes{0, 0, 128, 63});
+    Map description{{"algorithm", "DQN"}, {"rollout_fragment_length", 10}, {"on_policy", false},
+                    {"model_config", Map{}},
+                    {"observation_space", Map{{"kind", "box"}, {"shape", Array{4}}, {"dtype", "<f4"},
+                                              {"low", bound}, {"high", bound}}},
+                    {"action_space", Map{{"kind", "discrete"}, {"n", 2}}}};
+    if (paced) description.push_back({"paced_in_flight", *paced});
+    return read_runner_config(Value(Map{{"type", "SET_CONFIG"}, {"config", description}}))->paced_in_flight;
+  };
+  CHECK(!read(std::nullopt).has_value());
+  CHECK(read(Value(1)) == std::optional<uint64_t>(1) && read(Value(3)) == std::optional<uint64_t>(3));
+  for (const Value& odd : {Value(0), Value(-1), Value(1.5), Value(true), Value("1"), Value(nullptr)}) {
+    CHECK(!read(odd).has_value());
+  }
+}
+
 int main() {
   const std::vector<std::pair<const char*, void (*)()>> tests{
       {"integers use the shortest form", test_integers_use_the_shortest_form},
@@ -849,6 +869,7 @@ int main() {
       {"env client without a server", test_env_client_without_a_server},
       {"connect wait", test_connect_wait},
       {"taken actions", test_taken_actions},
+      {"runner config paced_in_flight", test_runner_config_paced_in_flight},
   };
   int passed = 0, failed = 0;
   for (const auto& [name, test] : tests) {

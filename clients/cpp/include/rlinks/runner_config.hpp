@@ -17,6 +17,10 @@ struct RunnerConfig {
   std::string head_fcnet_activation = "relu";  // does not name them
   std::optional<uint64_t> discrete_actions;    // n of a Discrete action space that starts at 0
   std::vector<uint64_t> observation_shape;     // of a Box observation space
+  // A paced runner (off_policy_backlog: pace) takes about this many batches of each client at its next
+  // sample(): an off-policy client keeps no more than this many sent and unconfirmed (PROTOCOL.md 9).
+  // nullopt when absent or not an int >= 1 (a runner's mistake never stalls its clients).
+  std::optional<uint64_t> paced_in_flight;
   Value description;                           // the whole map
 };
 
