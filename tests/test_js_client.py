@@ -33,7 +33,7 @@ from rlinks_rllib.protocol.extensions import Extension
 from rlinks_rllib.protocol.messages import MessageType
 import numpy as np
 from client_peers import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRunner, ServedPeer, cartpole_step,
-                          check_chunk, directory_of, lean_rule, rows_of, summary_of)
+                          check_chunk, check_the_paced_window, directory_of, lean_rule, rows_of, summary_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "clients" / "js"
@@ -462,6 +462,13 @@ def test_off_policy_batches_go_without_waiting_for_weights(node):
     assert [m["timesteps"] for _, m in server.batch_messages()] == [64] * 15 + [40]
     summary = summary_of(result.stdout)
     assert summary["steps_acked"] == summary["steps_sent"] == 1000
+
+
+def test_a_paced_runners_window_keeps_one_batch_sent_and_unconfirmed(node):
+    """A paced runner names ``paced_in_flight`` 1: the client's off-policy batches wait for the last one's ACK
+    (without it, maxUnacked let it run ahead)."""
+    check_the_paced_window(lambda address, steps: cartpole(node, "--address", address, "--max-steps", str(steps),
+                                                           "--seed", "1"))
 
 
 def test_plain_rllib_server_with_a_pickled_config(node):

@@ -180,6 +180,8 @@ export interface RunnerConfig {
   headFcnetActivation: string;
   /** The module's ONNX policy graph (PROTOCOL.md 10.7), when the runner agreed to policy_graph and exported one. */
   policyGraph: Uint8Array | null;
+  /** A paced runner's paced_in_flight (PROTOCOL.md 9): batches an off-policy client keeps sent and unconfirmed; null: none named. */
+  pacedInFlight: number | null;
   description: Record<string, unknown>;
 }
 export declare function readRunnerConfig(setConfig: Message): RunnerConfig | null;

@@ -12,6 +12,17 @@ import { isMap, NdArray } from "./ndarray.js";
 
 /** The description's key holding the module's ONNX policy graph (PROTOCOL.md 10.7; Python's `POLICY_GRAPH_KEY`). */
 export const POLICY_GRAPH_KEY = "policy_graph";
+/**
+ * The description's key for how many batches an off-policy client may have sent and not yet had confirmed: a
+ * runner that paces its clients (`off_policy_backlog: pace`) names it (PROTOCOL.md 9; Python's `PACED_IN_FLIGHT_KEY`).
+ */
+const PACED_IN_FLIGHT_KEY = "paced_in_flight";
+
+/** The runner's paced_in_flight; null when absent or not an int >= 1 (a runner's mistake never stalls its clients). */
+function readPacedInFlight(description) {
+  const value = description[PACED_IN_FLIGHT_KEY];
+  return Number.isInteger(value) && value >= 1 ? value : null;
+}
 
 function malformed(why) {
   return new InvalidMessage(`malformed SET_CONFIG description: ${why}`);
@@ -100,7 +111,7 @@ export function readActionSpace(space, what = "action_space") {
  * @returns {null | {algorithm: string, rolloutFragmentLength: number, onPolicy: boolean,
  *   modelConfig: object, observationSpace: object, actionSpace: object,
  *   observationSize: number | null, fcnetActivation: string, headFcnetActivation: string,
- *   policyGraph: Uint8Array | null, description: object}}
+ *   policyGraph: Uint8Array | null, pacedInFlight: number | null, description: object}}
  * @throws {InvalidMessage} a malformed description
  */
 export function readRunnerConfig(setConfig) {
@@ -137,6 +148,7 @@ export function readRunnerConfig(setConfig) {
     fcnetActivation: activation("fcnet_activation", "tanh"),
     headFcnetActivation: activation("head_fcnet_activation", "relu"),
     policyGraph: graph,
+    pacedInFlight: readPacedInFlight(description),
     description,
   };
 }

@@ -366,6 +366,7 @@ export class EnvClient {
       try {
         await this._buildLocal();
         this.mode = "local";
+        this._followPacing();
         return;
       } catch (error) {
         if (!(error instanceof UnsupportedModel) || o.inference === "local") throw error;
@@ -438,6 +439,17 @@ export class EnvClient {
     if (policy.observationShape === null) throw refuse("only Box observations, not Dict or Tuple ones");
     if (policy.observationType === BigInt64Array || policy.observationType === BigUint64Array) throw refuse("no 64-bit integer observations");
     return policy;
+  }
+
+  /**
+   * Off-policy, a runner that paces its clients takes about `pacedInFlight` batches of each at its next sample():
+   * keep no more than that sent and unconfirmed (the client's maxUnacked), so each batch is sampled with the
+   * weights that came with the last ACK, not maxUnacked batches ahead with old ones (as the Python client does).
+   */
+  _followPacing() {
+    const paced = this.config?.pacedInFlight ?? null;
+    const connection = this.client.options;
+    if (!this.onPolicy && paced !== null && paced < connection.maxUnacked) connection.maxUnacked = paced;
   }
 
   _buildServed() {

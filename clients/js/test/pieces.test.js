@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { parseAddress } from "../src/address.js";
+import { readRunnerConfig } from "../src/config.js";
 import { EpisodeBuilder, episodeSteps } from "../src/episodes.js";
 import { InvalidMessage, UsageError } from "../src/errors.js";
 import { makeOffer, parseOffer } from "../src/extensions.js";
@@ -104,4 +105,15 @@ test("served_taken rows (10.5.1) go as tests/vectors/valid_served_taken does, by
   assert.throws(() => makeAct([{ ...rows[1], terminated: true }], [4]), UsageError);
   assert.throws(() => makeAct([{ ...rows[1], taken: 0.5 }], [4]), UsageError);
   assert.throws(() => makeAct([rows[1], { ...rows[0], taken: [1, 2] }], [4]), UsageError);
+});
+
+test("SET_CONFIG's paced_in_flight is read when it is an int >= 1, else none is followed", () => {
+  const description = { algorithm: "DQN", rollout_fragment_length: 10, on_policy: false, model_config: {},
+    observation_space: { kind: "box", shape: [4] }, action_space: { kind: "discrete", n: 2 } };
+  assert.equal(readRunnerConfig({ config: description }).pacedInFlight, null);
+  assert.equal(readRunnerConfig({ config: { ...description, paced_in_flight: 1 } }).pacedInFlight, 1);
+  assert.equal(readRunnerConfig({ config: { ...description, paced_in_flight: 3 } }).pacedInFlight, 3);
+  for (const odd of [0, -1, 1.5, true, "1", null]) {
+    assert.equal(readRunnerConfig({ config: { ...description, paced_in_flight: odd } }).pacedInFlight, null, String(odd));
+  }
 });
