@@ -375,6 +375,21 @@ def test_a_websocket_closed_as_a_policy_violation_is_not_retried(node):
     assert "(WebSocket close 1008: origin 'http://elsewhere.example' is not allowed)" in said["error"], said
 
 
+def test_a_page_in_chromium_learns_why_its_origin_is_refused(node, tmp_path):
+    """What the runner's close 1008 is for: a browser hid its HTTP 403 from the page (which could only say it
+    could not connect), but hands the page the close's reason; the page's ConnectFailed says it, at once."""
+    with FakeLearner(ws_allowed_origins=("http://game.example",)) as learner:
+        address = f"ws://127.0.0.1:{learner.port}"
+        said = page_in_chromium(node, tmp_path, CONNECT_PAGE, "a refused page origin in headless Chromium",
+                                f"?address={address}")
+        connections = learner.server.stats.connections_total
+    assert said["refused"], said
+    assert re.fullmatch(rf"ConnectFailed: {address} refused the WebSocket connection \(WebSocket close 1008: "
+                        r"origin 'http://127\.0\.0\.1:\d+' is not in the runner's ws_allowed_origins setting\)",
+                        said["error"]), said
+    assert connections == 1  # no retry, no connect wait
+
+
 # ----------------------------------------------------------------------
 # Against scripted peers: drops, resends, errors
 
@@ -805,6 +820,23 @@ GRAPH_PAGE = """<!doctype html>
   }
 </script>
 """ % GRAPH_RUN
+# A page that connects to the learner at ?address=... and puts what came of it in window.result.
+CONNECT_PAGE = """<!doctype html>
+<script type="importmap">{"imports": {"rlinks-client": "/js/src/index.js"}}</script>
+<script type="module">
+  import { Client, ConnectFailed } from "rlinks-client";
+  const client = new Client(new URLSearchParams(location.search).get("address"),
+                            { retryAttempts: 5, connectWaitMs: 60000, warn: () => {} });
+  try {
+    await client.getState();
+    window.result = { ok: true };
+  } catch (error) {
+    window.result = { refused: error instanceof ConnectFailed, error: `${error.name}: ${error.message}` };
+  } finally {
+    client.close();
+  }
+</script>
+"""
 # puppeteer-core with the system's Chromium: open the page, print what it put in window.result.
 GRAPH_BROWSER = """
   import puppeteer from "puppeteer-core";
@@ -823,15 +855,23 @@ GRAPH_BROWSER = """
 
 def run_graph_in_chromium(node: str, work: Path) -> dict:
     """GRAPH_PAGE in headless Chromium, served over HTTP with clients/js at /js/ and *work*'s files at /."""
+    result = page_in_chromium(node, work, GRAPH_PAGE, "a policy graph run in headless Chromium")
+    assert "error" not in result, result["error"]
+    return result["out"]
+
+
+def page_in_chromium(node: str, work: Path, page: str, purpose: str, query: str = "") -> dict:
+    """``page`` (index.html) in headless Chromium, served over HTTP with clients/js at /js/ and *work*'s files
+    at /, opened with ``query``: what it put in ``window.result``."""
     import functools
     import http.server
     import threading
 
     from test_web_game import chromium_path
 
-    chromium = chromium_path("a policy graph run in headless Chromium")
+    chromium = chromium_path(purpose)
     (work / "js").symlink_to(PACKAGE)
-    (work / "index.html").write_text(GRAPH_PAGE)
+    (work / "index.html").write_text(page)
     handler = functools.partial(type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),
                                 directory=str(work))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -839,16 +879,14 @@ def run_graph_in_chromium(node: str, work: Path) -> dict:
     thread.start()
     try:
         done = subprocess.run([node, "--input-type=module", "-e", GRAPH_BROWSER, chromium,
-                               f"http://127.0.0.1:{server.server_address[1]}/index.html"],
+                               f"http://127.0.0.1:{server.server_address[1]}/index.html{query}"],
                               cwd=PACKAGE, capture_output=True, text=True, timeout=240)
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "error" not in result, result["error"]
-    return result["out"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def graph_case(case: str):
