@@ -1,10 +1,10 @@
 """The server's side of RLlink over WebSocket: the HTTP upgrade, the origin check, then messages.
 
-A runner's session (``session.py``) and the directory (``directory.py``)
-hand a connection whose first bytes are ``GET `` (see
-:class:`~rlinks_rllib.protocol.websocket.FirstBytes`) to a
-:class:`ServerWebSocket`, and from then on feed it what they read and write
-what it returns; the RLlink conversation stays their Connection's.
+A runner's session (``session.py``), the directory (``directory.py``) and
+the dataset's sample server (``samples.py``) hand a connection whose first
+bytes are ``GET `` (see :class:`~rlinks_rllib.protocol.websocket.FirstBytes`)
+to a :class:`ServerWebSocket`, and from then on feed it what they read and
+write what it returns; the RLlink conversation stays their Connection's.
 
 The upgrade is ``websockets``' :class:`~websockets.server.ServerProtocol`
 (RFC 6455's checks: method, version, ``Upgrade``, ``Sec-WebSocket-Key``),
@@ -42,7 +42,7 @@ from ..protocol.connection import Connection
 from ..protocol.errors import ErrorCode
 from ..protocol.websocket import MAX_CLOSE_REASON_BYTES, MessageChannel
 
-__all__ = ["ServerWebSocket", "MAX_UPGRADE_BYTES", "ANY_ORIGIN"]
+__all__ = ["ServerWebSocket", "MAX_UPGRADE_BYTES", "ANY_ORIGIN", "origin_refusal"]
 
 #: Bytes the upgrade request may take (request line and headers); browsers send 0.5-2 KB.
 MAX_UPGRADE_BYTES = 32 * 1024
