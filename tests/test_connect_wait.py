@@ -89,6 +89,17 @@ def test_connect_wait_0_fails_as_before_and_a_wait_that_ends_says_so(caplog):
     assert time.monotonic() - started < 10  # bounded (a wait of 0.5 s, plus one attempt)
 
 
+def test_an_actor_says_it_waits_for_a_dataset(caplog):
+    from rlinks_rllib.client.actor import RLinkActor
+
+    port = free_port()
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(ConnectFailed, match=r"is the dataset running and is the port right"):
+            RLinkActor(f"127.0.0.1:{port}", retry_attempts=1, connect_wait=0.3, **QUICK).client.connect()
+    lines = [r.getMessage() for r in caplog.records if WAIT_LINE in r.getMessage()]
+    assert len(lines) == 1 and f"for the dataset at tcp://127.0.0.1:{port}" in lines[0], lines
+
+
 def test_the_directory_lookup_waits_too(caplog):
     port = free_port()
     timer, started = _late_server(port, 1.0)

@@ -1043,8 +1043,9 @@ class RLinkClient:
                 wait = self._retry.delay(recoveries)
                 if ended is None and self._retry.shutting_down(exc):
                     ended, give_up_at = exc, time.monotonic() + self._retry.shutdown_grace
-                    self._log.warning("%s is shutting down (%s); trying to reach the learner again for up to "
-                                      "%g s (shutdown_grace)", self.address, exc, self._retry.shutdown_grace)
+                    self._log.warning("%s is shutting down (%s); trying to reach %s again for up to "
+                                      "%g s (shutdown_grace)", self.address, exc, self._peer_noun,
+                                      self._retry.shutdown_grace)
                 else:
                     self._log.warning("connection to %s lost during %s (%s); reconnecting", self.address, what, exc)
                 if give_up_at is not None:
@@ -1085,7 +1086,7 @@ class RLinkClient:
         ended: Optional[BaseException] = None  # a shutting_down met here
         first = self._server is None  # never reached the learner: it may not be up yet
         waiting = ConnectWait(self._retry.connect_wait if first else 0.0,
-                              f"the learner at {self.given_address}", self._log)
+                              f"{self._peer_noun} at {self.given_address}", self._log)
         attempt = 0
         while attempt < self._retry.attempts or (waiting.waiting and give_up_at is None):
             if attempt:
@@ -1130,13 +1131,13 @@ class RLinkClient:
                   if first and waiting.seconds > 0 else "")
         raise ConnectFailed(
             f"could not connect to {self.address} after {tried} attempt(s){waited}: {last}; "
-            "is the learner running and is the port right?"
+            f"is {self._peer_noun} running and is the port right?"
         ) from last
 
     def _not_back(self, attempts: int, last: Optional[BaseException]) -> ConnectFailed:
         """The error of a call that gave up on a learner that said ``shutting_down``."""
         return ConnectFailed(
-            f"the learner at {self.given_address} said it was shutting down and did not come back "
+            f"{self._peer_noun} at {self.given_address} said it was shutting down and did not come back "
             f"({attempts} reconnection attempt(s); shutdown_grace={self._retry.shutdown_grace:g} s, "
             f"retry_attempts={self._retry.attempts}): its run has ended, or it restarts slower than that "
             f"(raise shutdown_grace, or ${SHUTDOWN_GRACE_ENV}, to wait longer). Last error: {last}"
@@ -1267,6 +1268,11 @@ class RLinkClient:
         if self._link is None:
             raise ConnectionLost(f"not connected to {self.address}")
         return self._link
+
+    @property
+    def _peer_noun(self) -> str:
+        """What the server is to the user, for messages: an actor's is a dataset, anyone else's a learner."""
+        return "the dataset" if Extension.SAMPLES.value in self.extensions else "the learner"
 
     def _check_open(self) -> None:
         if self._closed:

@@ -277,7 +277,9 @@ class RLinkDataset(torch.utils.data.IterableDataset):
         partial_after = math.inf if self.partial_batch_after is None else self.partial_batch_after
         partial_at = now + partial_after
         self._hand_on = self._hand_on and bool(self._ready)  # news of a flush counts for what came before it
-        while len(self._ready) < count and not self._hand_on and not any(_is_chunk(item) for item, _ in self._ready):
+        # Looked at once here and then only as items arrive: a scan per message was O(batch) each.
+        chunk_ready = any(_is_chunk(item) for item, _ in self._ready)
+        while len(self._ready) < count and not self._hand_on and not chunk_ready:
             now = time.monotonic()
             if self._ready and now >= partial_at:
                 break
@@ -293,6 +295,7 @@ class RLinkDataset(torch.utils.data.IterableDataset):
                         items = [{**item, self.sender_key: message.client} for item in items]
                     self._ready.extend((item, None) for item in items[:-1])
                     self._ready.append((items[-1], message))
+                    chunk_ready = chunk_ready or any(_is_chunk(item) for item in items)
                     partial_at = time.monotonic() + partial_after
                     if deadline is not None:
                         deadline = time.monotonic() + idle
