@@ -7,7 +7,7 @@ Payloads come in the two shapes that travel in practice:
   number per step and column), packed with msgpack-numpy as RLlib's
   ``send_rllink_message`` does;
 * our client's format: the same steps recorded with
-  :class:`~rlinks_rllib.client.episode_builder.EpisodeBuilder` (one stacked
+  :class:`~rlinks_rllib.protocol.episode_builder.EpisodeBuilder` (one stacked
   array per column per chunk), packed with our ``encode_message``.
 
 Ray is imported only inside the functions that need it, so a process that
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from rlinks_rllib.client.episode_builder import EpisodeBuilder  # noqa: E402
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder  # noqa: E402
 from rlinks_rllib.protocol import encode_message  # noqa: E402
 from rlinks_rllib.protocol.episodes import build_episode_state  # noqa: E402
 from rlinks_rllib.protocol.limits import HEADER_BYTES  # noqa: E402

@@ -114,7 +114,7 @@ def _ours_small_actor(address: str, count: int, result) -> None:
 
 def ours_small(count: int) -> tuple[float, float]:
     """(put+flush p50 seconds, streaming samples/s) of one RLinkActor process into an RLinkDataset read here."""
-    from rlinks_rllib.training.dataset import RLinkDataset
+    from rlinks_rllib.dataset import RLinkDataset
 
     ctx = mp.get_context("spawn")
     result = ctx.Queue()
@@ -255,7 +255,7 @@ def _join(procs: list) -> None:
 
 def ours(actors: int, samples: int, certs: Optional[dict[str, str]] = None) -> float:
     """MB/s of samples from ``actors`` RLinkActor processes out of one RLinkDataset (over TLS with ``certs``)."""
-    from rlinks_rllib.training.dataset import RLinkDataset
+    from rlinks_rllib.dataset import RLinkDataset
 
     tls = {} if certs is None else {"tls_cert_file": certs["server"], "tls_key_file": certs["server_key"]}
     dataset = RLinkDataset(max_samples=actors * samples, idle_timeout=60, max_buffer_samples=BUFFER_SAMPLES, **tls)

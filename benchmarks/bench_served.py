@@ -149,8 +149,8 @@ def export_weights(address: str) -> Path:
         ValueError: the module is not a plain MLP (a layer norm, another activation).
     """
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.mlp import read_network
-    from rlinks_rllib.client.policy import DiscreteSpace
+    from rlinks_rllib.client.policies.mlp import read_network
+    from rlinks_rllib.client.policies.numpy_policy import DiscreteSpace
 
     with RLinkClient(address, timeout=30.0, extensions=("ack",)) as client:
         params = client.get_state().params
@@ -307,7 +307,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 def latency(address: str, count: int) -> dict[str, tuple[float, float]]:
     """Round trips of ``act`` and times of ``NumpyPolicy.compute_action``, interleaved in blocks."""
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.policy import DiscreteSpace, NumpyPolicy
+    from rlinks_rllib.client.policies.numpy_policy import DiscreteSpace, NumpyPolicy
 
     rng = np.random.default_rng(0)
     served: list[float] = []

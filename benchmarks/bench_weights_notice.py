@@ -48,7 +48,7 @@ def run_client(address: str, mode: str, seed: int) -> None:
     import gymnasium as gym
 
     from rlinks_rllib.client import EnvClient
-    from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
+    from rlinks_rllib.client.network.connection import DEFAULT_EXTENSIONS
     from rlinks_rllib.protocol.extensions import Extension
 
     options = {} if mode == "notice" else {

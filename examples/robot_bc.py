@@ -8,11 +8,11 @@ Read top to bottom. The pieces (docs/DATASET.md):
   uint8 image and a 50x14 float32 action chunk (a two-arm robot's next 50
   joint targets), and asks for the newest model with ``get_remote_model()``;
 * each Ray Train worker reads its own share through an
-  :class:`~rlinks_rllib.training.dataset.RLinkDataset` listening on
+  :class:`~rlinks_rllib.dataset.RLinkDataset` listening on
   ``base_port + rank``: actor ``i`` talks to worker ``i % workers``, so the
   shares are disjoint by construction;
 * every ``--sync-every`` steps each worker pushes its (DDP-identical) model
-  to its actors with :class:`~rlinks_rllib.training.dataset.RLinkSyncModel`.
+  to its actors with :class:`~rlinks_rllib.dataset.RLinkSyncModel`.
 
     python examples/robot_bc.py --samples-per-actor 32
 
@@ -37,7 +37,7 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from rlinks_rllib.client import RLinkActor
-from rlinks_rllib.training.dataset import RLinkDataset, RLinkSyncModel
+from rlinks_rllib.dataset import RLinkDataset, RLinkSyncModel
 
 IMAGE = (480, 640, 3)
 CHUNK = (50, 14)

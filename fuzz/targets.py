@@ -53,7 +53,7 @@ VECTORS = Path(__file__).resolve().parents[1] / "tests" / "vectors"
 #: Small frame limit for fuzzing: big enough for every seed, small enough to be hit.
 MAX_FRAME_BYTES = 1 << 20
 
-#: What an RLinkEnvRunner on CartPole checks episodes against (see server/episodes.py).
+#: What an RLinkEnvRunner on CartPole checks episodes against (see server/ingest/episodes.py).
 CARTPOLE_RULES = dict(
     obs_shape=(4,), obs_dtype=np.float32, num_actions=2, action_shape=(), action_dtype=np.int64,
     required_extra=(ACTION_LOGP, ACTION_DIST_INPUTS), allow_empty=True, max_steps=4096,

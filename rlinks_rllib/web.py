@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlsplit
 
-from .client.address import Address, parse_address
+from .client.network.address import Address, parse_address
 
 __all__ = ["WebServer", "SERVED", "PAGE", "DEFAULT_PORT", "DEFAULT_LEARNER", "WILDCARD_HOSTS", "js_package",
            "learner_address", "page_url", "origin"]

@@ -38,8 +38,8 @@ from rlinks_rllib.protocol.errors import ProtocolError
 from rlinks_rllib.protocol.framing import encode_body_once, encode_message
 from rlinks_rllib.protocol.served import ActRows
 from rlinks_rllib.protocol.weights import build_state
-from rlinks_rllib.server.directory import Directory, Endpoint
-from rlinks_rllib.server.listener import RLinkServer
+from rlinks_rllib.server.network.directory import Directory, Endpoint
+from rlinks_rllib.server.network.listener import RLinkServer
 from rlinks_rllib.server.settings import RLinkSettings
 
 SECRET = "correct horse battery staple, twice over"

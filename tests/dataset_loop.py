@@ -15,7 +15,7 @@ import argparse
 import os
 import time
 
-from rlinks_rllib.training.dataset import RLinkDataset
+from rlinks_rllib.dataset import RLinkDataset
 
 
 def main() -> None:

@@ -146,7 +146,7 @@ def test_a_runner_with_a_silent_client_answers_empty_soon_and_says_it_is_quiet(r
 
     from rlinks_rllib import RLinkEnvRunner
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     config = (APPOConfig()
               .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,
@@ -198,7 +198,7 @@ def test_a_stopping_runner_of_appo_leaves_what_it_holds_unconfirmed(ray_local):
 
     from rlinks_rllib import RLinkEnvRunner
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     config = (APPOConfig()
               .environment(observation_space=CARTPOLE.observation_space, action_space=CARTPOLE.action_space,

@@ -26,7 +26,7 @@ from rlinks_rllib.protocol import FrameDecoder, encode_message, make_offer, pars
 from rlinks_rllib.protocol import auth
 from rlinks_rllib.protocol.episodes import check_episode_state
 from rlinks_rllib.protocol.errors import AuthFailed
-from rlinks_rllib.server.listener import RLinkServer, exposure_warning
+from rlinks_rllib.server.network.listener import RLinkServer, exposure_warning
 from rlinks_rllib.server.settings import RLinkSettings, rlinks_env_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -471,7 +471,7 @@ def test_env_runner_serves_tls_and_auth_from_env_config(ray_local, certs, secret
 
     from harness import CARTPOLE
     from rlinks_rllib import RLinkEnvRunner
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     env_config = rlinks_env_config(port=0, auth="on", auth_secret_file=secret_file, tls_cert_file=certs["server"],
                                    tls_key_file=certs["server_key"])

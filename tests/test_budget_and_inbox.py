@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from rlinks_rllib.server.budget import UpdateBudget
-from rlinks_rllib.server.inbox import Batch, Inbox
+from rlinks_rllib.server.delivery.budget import UpdateBudget
+from rlinks_rllib.server.network.inbox import Batch, Inbox
 
 
 def test_promises_never_exceed_what_the_update_needs():

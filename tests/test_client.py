@@ -34,7 +34,7 @@ from rlinks_rllib.client import (
     WeightsUpdate,
     parse_address,
 )
-from rlinks_rllib.client.connection import backoff_delay
+from rlinks_rllib.client.network.connection import backoff_delay
 from rlinks_rllib.protocol.episodes import OBSERVATIONS
 from rlinks_rllib.protocol.framing import encode_message
 

@@ -23,10 +23,10 @@ from rlinks_rllib.client import (
     ServerTimeout,
     TLSFailed,
 )
-from rlinks_rllib.client.directory import ask_directory
-from rlinks_rllib.client.retry import RetryPolicy
+from rlinks_rllib.client.network.directory import ask_directory
+from rlinks_rllib.client.network.retry import RetryPolicy
 from rlinks_rllib.protocol.errors import RLinksError
-from rlinks_rllib.server.directory import Directory, Endpoint
+from rlinks_rllib.server.network.directory import Directory, Endpoint
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ import pytest
 
 from peers import ABORT, HANDLED, RLinkTestServer
 from rlinks_rllib.client import NotAgreed, ProtocolViolation, RLinkClient, ServerTimeout
-from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
+from rlinks_rllib.client.network.connection import DEFAULT_EXTENSIONS
 
 FAST = dict(timeout=5.0, connect_timeout=2.0, backoff_initial=0.01, backoff_cap=0.05)
 SERVED = ("want_steps", "ack", "served_actions")

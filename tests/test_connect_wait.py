@@ -25,7 +25,7 @@ import pytest
 
 from peers import RLinkTestServer, free_port
 from rlinks_rllib.client import ClientError, ConnectFailed, RLinkClient, ask_directory
-from rlinks_rllib.client.retry import CONNECT_WAIT_ENV, DEFAULT_CONNECT_WAIT_S, connect_wait
+from rlinks_rllib.client.network.retry import CONNECT_WAIT_ENV, DEFAULT_CONNECT_WAIT_S, connect_wait
 from test_js_client import node  # noqa: F401  (the fixture: node with clients/js's dependencies)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,7 @@ from client_peers import (PARAMS, SECRET, UPDATE_STEPS, FakeLearner, ScriptedRun
 from peers import CLOSE, HANDLED
 from rlinks_rllib.protocol.config import build_config
 from rlinks_rllib.protocol.weights import build_state
-from rlinks_rllib.server.directory import Endpoint
+from rlinks_rllib.server.network.directory import Endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "clients" / "cpp"
@@ -780,7 +780,7 @@ def test_box_actions_local_and_logged_are_those_numpy_policy_computes(cpp):
     """Box actions with local inference, held to the Python client's NumpyPolicy: the module's outputs, the
     log-probability of the sampled actions, and logged actions (one past the bound) squashed back into [-1, 1]."""
     from rlinks_rllib.client import NumpyPolicy
-    from rlinks_rllib.client.sampling import action_from_env
+    from rlinks_rllib.client.policies.sampling import action_from_env
 
     with BoxRunner(config=BOX_CONFIG) as server:
         _, lines = scenario_of(cpp, server.address, "taken_box")

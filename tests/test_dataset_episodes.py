@@ -24,7 +24,7 @@ from rlinks_rllib.client.errors import ServerError  # noqa: E402
 from rlinks_rllib.protocol.connection import Connection, ErrorReceived, HandshakeDone, Role  # noqa: E402
 from rlinks_rllib.protocol.episodes import build_episode_state  # noqa: E402
 from rlinks_rllib.protocol.extensions import Extension  # noqa: E402
-from rlinks_rllib.training.dataset import EPISODE, TRANSITIONS, RLinkDataset, RLinkSyncModel  # noqa: E402
+from rlinks_rllib.dataset import EPISODE, TRANSITIONS, RLinkDataset, RLinkSyncModel  # noqa: E402
 from test_samples import Relay  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)

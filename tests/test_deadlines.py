@@ -19,8 +19,8 @@ import pytest
 
 from peers import TEST_PARAMS, make_episode
 from rlinks_rllib.protocol import FrameDecoder, encode_message
-from rlinks_rllib.server.deadlines import DeadlineQueue
-from rlinks_rllib.server.listener import RLinkServer
+from rlinks_rllib.server.network.deadlines import DeadlineQueue
+from rlinks_rllib.server.network.listener import RLinkServer
 from test_auth_tls import serving
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ from harness import CARTPOLE
 from rlinks_rllib.client import ConnectionLost, RLinkClient, ask_directory
 from rlinks_rllib.client.errors import AuthenticationFailed, TLSFailed
 from rlinks_rllib.protocol import FrameDecoder, encode_message
-from rlinks_rllib.server.directory import Directory, Endpoint
+from rlinks_rllib.server.network.directory import Directory, Endpoint
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import pytest
 
 from peers import ABORT, HANDLED, TEST_CONFIG, RLinkTestServer
 from rlinks_rllib.client import EnvClient, NotAgreed, PolicyClient
-from rlinks_rllib.client.sampling import log_prob
+from rlinks_rllib.client.policies.sampling import log_prob
 from rlinks_rllib.protocol.episodes import ACTIONS, OBSERVATIONS, REWARDS
 from rlinks_rllib.protocol.weights import build_state
 from test_client_served import answer_acts

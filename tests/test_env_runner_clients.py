@@ -12,7 +12,7 @@ import pytest
 
 from harness import CARTPOLE, dummy_client_cmd, ppo_config, processes, running, train
 from rlinks_rllib.client import ClientError, RLinkClient
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.protocol import encode_message
 from rlinks_rllib.server.env_runner import runner_addresses
 
@@ -109,7 +109,7 @@ def test_sixty_four_clients_on_one_runner_all_send_and_all_get_weights(ray_local
 
 
 def test_a_runner_with_every_client_is_asked_for_the_whole_update(ray_local):
-    """Shares follow the clients (server/shares.py): two runners, both clients on the first.
+    """Shares follow the clients (server/delivery/shares.py): two runners, both clients on the first.
 
     With equal shares the first runner's clients would be asked for 100
     steps each (half of the update, split in two) and it would wait out

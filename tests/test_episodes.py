@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from rlinks_rllib.client.episode_builder import EpisodeBuilder, VectorEpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder, VectorEpisodeBuilder
 from rlinks_rllib.protocol import episodes as ep
 from rlinks_rllib.protocol.codec import decode_body, encode_body
 from rlinks_rllib.protocol.episodes import (
@@ -347,7 +347,7 @@ def test_client_modules_do_not_need_ray():
         "sys.modules['ray'] = None\n"
         "sys.modules['gymnasium'] = None\n"
         "import numpy as np\n"
-        "from rlinks_rllib.client.episode_builder import EpisodeBuilder\n"
+        "from rlinks_rllib.protocol.episode_builder import EpisodeBuilder\n"
         "b = EpisodeBuilder()\n"
         "b.reset(np.zeros(2))\n"
         "b.step(0, 1.0, np.ones(2), terminated=True)\n"

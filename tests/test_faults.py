@@ -41,7 +41,7 @@ import pytest
 
 from harness import ROOT, ppo_config, running
 from rlinks_rllib.client import ClientError, RLinkClient
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.server.env_runner import runner_addresses
 from test_hostile_runner import cartpole_chunks
 

@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 from fuzz import targets  # noqa: E402
 from rlinks_rllib.protocol import make_offer  # noqa: E402
 from rlinks_rllib.protocol.episodes import check_episode_state  # noqa: E402
-from rlinks_rllib.server.listener import RLinkServer  # noqa: E402
+from rlinks_rllib.server.network.listener import RLinkServer  # noqa: E402
 from rlinks_rllib.server.errors import IngestError  # noqa: E402
 from rlinks_rllib.server.settings import RLinkSettings  # noqa: E402
 

@@ -24,7 +24,7 @@ import pytest
 
 from harness import ppo_config, running
 from rlinks_rllib.client import RLinkClient
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.protocol import FrameDecoder, encode_message, make_offer
 from rlinks_rllib.protocol.episodes import build_episode_state
 from rlinks_rllib.server.env_runner import runner_addresses

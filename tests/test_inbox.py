@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from rlinks_rllib.server.inbox import Batch, Inbox
+from rlinks_rllib.server.network.inbox import Batch, Inbox
 
 WAIT_S = 10.0  # far above any wake-up delay; a test that hits it has failed
 

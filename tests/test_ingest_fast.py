@@ -203,7 +203,7 @@ def same_buffer(a, b) -> None:
 def test_episode_from_state_is_from_state(fmt):
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rlinks_rllib.server.episodes import episode_from_state
+    from rlinks_rllib.server.ingest.episodes import episode_from_state
 
     theirs, ours = cartpole_batch(80, seed=2)
     states = [e.get_state() for e in theirs] if fmt == "rllib" else ours
@@ -287,7 +287,7 @@ def test_transport_counters_that_did_not_grow_reduce_as_if_logged_again():
 
 
 def test_episode_totals_sum_a_chunked_episode_as_rllib_does():
-    from rlinks_rllib.server.episodes import episode_from_state
+    from rlinks_rllib.server.ingest.episodes import episode_from_state
     from rlinks_rllib.server.metrics import EpisodeTotals
 
     _, ours = cartpole_batch(90, seed=5, episode_steps=30)

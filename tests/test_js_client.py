@@ -927,7 +927,7 @@ def test_the_policy_graph_gives_pythons_action_dist_inputs(node, case, runtime, 
     distribution's.
     """
     pytest.importorskip("onnxruntime")
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
     from rlinks_rllib.protocol.spaces import describe_space, leaves
 
     observation, action, module, graph = graph_case(case)

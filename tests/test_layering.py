@@ -4,7 +4,10 @@
 ``rlinks_rllib`` (imports inside functions and ``TYPE_CHECKING`` blocks count:
 a cycle that is only lazy is still one a reader has to untangle), and the
 simulator side (``client/``, ``protocol/``) never imports Ray or torch, so it
-installs and runs on a machine that has neither.
+installs and runs on a machine that has neither. The folders are rooms by
+role (``docs/LAYOUT.md``), stacked: each imports only itself and the rooms
+below it, and no module but a package's ``__init__`` only re-exports another,
+except the few kept so that an old import path runs on (:data:`KEPT_PATHS`).
 """
 
 from __future__ import annotations
@@ -124,3 +127,78 @@ def test_protocol_imports_nothing_above_it():
     for name in (n for n in MODULES if n.startswith("rlinks_rllib.protocol")):
         above = sorted(m for m in GRAPH[name] if not m.startswith("rlinks_rllib.protocol") and m != "rlinks_rllib._version")
         assert not above, f"{name} imports {above}: the protocol layer imports only itself"
+
+
+#: The rooms, lowest first: a module belongs to the room of its longest prefix and imports only its own
+#: room and lower ones. Rooms on one line stand side by side and import none of each other.
+ROOMS = [
+    ("rlinks_rllib._version",),
+    ("rlinks_rllib.protocol",),  # RLlink sans I/O: one room, every rule of the conversation
+    ("rlinks_rllib.client.errors",),
+    ("rlinks_rllib.client.policies",),
+    ("rlinks_rllib.client.network",),
+    ("rlinks_rllib.client.inference",),
+    ("rlinks_rllib.client",),  # its root: what a simulator calls (EnvClient, PolicyClient, RLinkActor)
+    ("rlinks_rllib.server",),  # its root: settings, errors, metrics, recording, graph export, the stop signal
+    ("rlinks_rllib.server.takeover", "rlinks_rllib.server.served", "rlinks_rllib.server.delivery"),
+    ("rlinks_rllib.server.ingest",),
+    ("rlinks_rllib.server.network",),
+    ("rlinks_rllib.server.env_runner",),
+    ("rlinks_rllib.dataset",),
+    ("rlinks_rllib.training",),
+    ("rlinks_rllib",),  # the command line, the web game's server, the bundled files
+]
+#: Modules that only re-export, so that an import path the docs once showed runs on.
+KEPT_PATHS = {
+    "rlinks_rllib.training.dataset": "rlinks_rllib.dataset.torch_dataset",
+    "rlinks_rllib.server.samples": "rlinks_rllib.dataset.server",
+}
+
+
+def _room(name: str) -> tuple[int, str]:
+    found = [(len(prefix), rank, prefix) for rank, prefixes in enumerate(ROOMS) for prefix in prefixes
+             if name == prefix or name.startswith(prefix + ".")]
+    _, rank, prefix = max(found)
+    return rank, prefix
+
+
+def test_each_room_imports_only_itself_and_the_rooms_below_it():
+    upward = []
+    for name, imported in sorted(GRAPH.items()):
+        if name in KEPT_PATHS:
+            continue
+        rank, room = _room(name)
+        for other in sorted(imported):
+            other_rank, other_room = _room(other)
+            if other_room != room and other_rank >= rank:
+                upward.append(f"{name} ({room}) imports {other} ({other_room})")
+    assert not upward, "imports that run up or sideways:\n" + "\n".join(upward)
+
+
+def _only_reexports(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    kinds = (ast.Import, ast.ImportFrom)
+    rest = [node for node in body if not isinstance(node, kinds)
+            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+            and not (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"])]
+    return not rest
+
+
+def test_no_module_only_reexports_another_but_a_kept_path():
+    reexports = sorted(name for name, path in MODULES.items()
+                       if path.name != "__init__.py" and _only_reexports(path))
+    assert reexports == sorted(KEPT_PATHS), "modules that only re-export another: " + ", ".join(reexports)
+
+
+@pytest.mark.parametrize("old, new", sorted(KEPT_PATHS.items()))
+def test_a_kept_path_gives_what_it_gave(old, new):
+    import importlib
+
+    kept, moved = importlib.import_module(old), importlib.import_module(new)
+    assert kept.__all__ and all(getattr(kept, name) is getattr(moved, name) for name in kept.__all__)
+
+
+def test_every_folder_is_a_room():
+    folders = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    named = {prefix for prefixes in ROOMS for prefix in prefixes}
+    assert folders <= named, f"folders without a room in ROOMS: {sorted(folders - named)}"

@@ -17,7 +17,7 @@ import pytest
 from harness import running
 from rlinks_rllib import RLinkEnvRunner
 from rlinks_rllib.client import RLinkClient, ServerError
-from rlinks_rllib.client.multi_agent import MULTI_AGENT_EXTENSIONS, PolicySet, read_multi_agent_config
+from rlinks_rllib.client.inference.policy_set import MULTI_AGENT_EXTENSIONS, PolicySet, read_multi_agent_config
 from rlinks_rllib.protocol.agent_mapping import AgentMapping
 from rlinks_rllib.protocol.multi_agent_builder import ALL, MultiAgentEpisodeBuilder
 

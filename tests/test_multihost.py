@@ -25,7 +25,7 @@ import time
 import pytest
 
 from multihost import Training, nc, skip_reason, wait_for
-from rlinks_rllib.client.retry import SHUTDOWN_GRACE_ENV
+from rlinks_rllib.client.network.retry import SHUTDOWN_GRACE_ENV
 
 REASON = skip_reason()
 pytestmark = [

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from rlinks_rllib.client import RLinkClient, ServerError
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.protocol.config import build_config
 from rlinks_rllib.protocol.episodes import build_episode_state
 from rlinks_rllib.protocol.spaces import describe_space
-from rlinks_rllib.server.episodes import EpisodeIngest
+from rlinks_rllib.server.ingest.episodes import EpisodeIngest
 from rlinks_rllib.server.errors import IngestError
-from rlinks_rllib.server.listener import RLinkServer
+from rlinks_rllib.server.network.listener import RLinkServer
 from rlinks_rllib.server.settings import RLinkSettings
 
 SPACE = gym.spaces.Dict(

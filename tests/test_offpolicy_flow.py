@@ -14,8 +14,8 @@ import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.replay_buffers import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
 
-from rlinks_rllib.server.inbox import Batch, Inbox
-from rlinks_rllib.server.offpolicy import EpisodeAliases, StepCredit, backlog_steps
+from rlinks_rllib.server.network.inbox import Batch, Inbox
+from rlinks_rllib.server.delivery.offpolicy import EpisodeAliases, StepCredit, backlog_steps
 from rlinks_rllib.training.replay import ReplaySafe, adopt, replay_safe
 
 # --- the step credit ------------------------------------------------------------------
@@ -235,7 +235,7 @@ def _send_batches(address: str, batches: int, steps: int) -> tuple[list, object]
     import threading
 
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     rng = np.random.default_rng(0)
     builder = EpisodeBuilder()
@@ -428,7 +428,7 @@ def test_paced_a_local_client_keeps_one_batch_in_flight_so_its_steps_are_a_few_u
 def test_a_paced_runner_names_its_window_but_not_where_it_holds_parts_back(ray_local, settings, window):
     """Under ``takeover_terminates`` a message is confirmed with the next one (takeover_held.py): a window of
     one made the client wait out the 2 s hold for every batch (a paced DQN teacher run: no iteration in 90 s)."""
-    from rlinks_rllib.client.sender import paced_in_flight
+    from rlinks_rllib.client.inference.background_sender import paced_in_flight
     from rlinks_rllib.protocol.config import read_config
 
     runner = _dqn_runner(**settings)

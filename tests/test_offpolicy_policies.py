@@ -38,9 +38,9 @@ from test_policy import (
 )
 
 from rlinks_rllib.client import sampling
-from rlinks_rllib.client.policy import BoxSpace, NumpyPolicy, UnsupportedModelError
-from rlinks_rllib.client.policy_choice import policy_for
-from rlinks_rllib.client.q_policy import MIN_LOGP, QPolicy, epsilon_at
+from rlinks_rllib.client.policies.numpy_policy import BoxSpace, NumpyPolicy, UnsupportedModelError
+from rlinks_rllib.client.policies.choice import policy_for
+from rlinks_rllib.client.policies.q_policy import MIN_LOGP, QPolicy, epsilon_at
 from rlinks_rllib.protocol.spaces import describe_space
 from rlinks_rllib.training.config_file import build_algorithm_config, load_spec
 

@@ -118,7 +118,7 @@ def _pendulum_chunks(rng: np.random.Generator, episodes: int, chunk_steps: int) 
     """Episodes of a real Pendulum under random actions, each cut into chunks of ``chunk_steps``."""
     import gymnasium as gym
 
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     env = gym.make("Pendulum-v1")
     out = []

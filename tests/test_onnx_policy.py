@@ -68,7 +68,7 @@ CHILD = textwrap.dedent(
         else:
             raise SystemExit(f"{name} imported")
 
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
 
     work = sys.argv[1]
     data = np.load(f"{work}/data.npz")
@@ -209,7 +209,7 @@ def dict_obs(batch=2, **change):
 
 
 def test_bad_observations_name_the_key_path(dict_graph):
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
 
     graph, params, action_space = dict_graph
     policy = OnnxPolicy(graph, params, action_space)
@@ -224,8 +224,8 @@ def test_bad_observations_name_the_key_path(dict_graph):
 
 
 def test_weights_that_dont_fit_the_graph_are_refused_and_the_old_ones_stay(dict_graph):
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
-    from rlinks_rllib.client.policy import UnsupportedModelError
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.numpy_policy import UnsupportedModelError
 
     graph, params, action_space = dict_graph
     policy = OnnxPolicy(graph, params, action_space)
@@ -242,8 +242,8 @@ def test_a_graph_not_exported_for_rlinks_is_refused(dict_graph):
     import onnx
     from onnx import helper
 
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
-    from rlinks_rllib.client.policy import UnsupportedModelError
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.numpy_policy import UnsupportedModelError
     from rlinks_rllib.protocol.policy_graph import METADATA_KEY
 
     graph, params, action_space = dict_graph
@@ -262,10 +262,10 @@ def test_a_graph_not_exported_for_rlinks_is_refused(dict_graph):
 
 def test_the_runner_hands_its_graph_only_to_clients_that_ask():
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
+    from rlinks_rllib.client.network.connection import DEFAULT_EXTENSIONS
     from rlinks_rllib.protocol.config import build_config
     from rlinks_rllib.protocol.episodes import check_episode_state
-    from rlinks_rllib.server.listener import RLinkServer
+    from rlinks_rllib.server.network.listener import RLinkServer
     from rlinks_rllib.server.settings import RLinkSettings
 
     graph = b"\x08\x09 an ONNX model, opaque to the transport"
@@ -306,9 +306,9 @@ def test_the_runner_hands_its_graph_only_to_clients_that_ask():
 
 
 def test_policy_for_picks_numpy_for_the_default_mlp_and_the_graph_otherwise(dict_graph):
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
-    from rlinks_rllib.client.policy import NumpyPolicy, UnsupportedModelError
-    from rlinks_rllib.client.policy_choice import policy_for
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
+    from rlinks_rllib.client.policies.numpy_policy import NumpyPolicy, UnsupportedModelError
+    from rlinks_rllib.client.policies.choice import policy_for
 
     mlp = PPOConfig().environment(observation_space=gym.spaces.Box(-1, 1, (4,)), action_space=gym.spaces.Discrete(2))
     module = mlp.rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[8])).get_rl_module_spec(inference_only=True).build()
@@ -330,8 +330,8 @@ def test_recurrent_chunks_give_rllibs_learner_the_state_to_start_from():
     from ray.rllib.connectors.common.add_states_from_episodes_to_batch import AddStatesFromEpisodesToBatch
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
-    from rlinks_rllib.client.onnx_policy import OnnxPolicy
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
+    from rlinks_rllib.client.policies.onnx_policy import OnnxPolicy
     from rlinks_rllib.protocol.episodes import check_episode_state
 
     observation_space, action_space, model = CASES["lstm"]

@@ -22,7 +22,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
 
-from rlinks_rllib.client.policy import (
+from rlinks_rllib.client.policies.numpy_policy import (
     BoxSpace,
     DiscreteSpace,
     NumpyPolicy,
@@ -479,7 +479,7 @@ def test_torch_module_policy_runs_what_numpy_policy_refuses():
 
 def test_policy_module_imports_without_ray_or_torch():
     code = (
-        "import sys; import rlinks_rllib.client.policy; "
+        "import sys; import rlinks_rllib.client.policies.numpy_policy; "
         "bad = sorted({'ray', 'torch', 'gymnasium'} & set(sys.modules)); "
         "assert not bad, bad"
     )

@@ -13,9 +13,9 @@ import pytest
 from harness import ppo_config, running
 from test_hostile_runner import cartpole_chunks
 from rlinks_rllib.client import RLinkClient
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.server.env_runner import runner_addresses
-from rlinks_rllib.server.receipts import ReturnedBatches, receipts_wanted
+from rlinks_rllib.server.delivery.receipts import ReturnedBatches, receipts_wanted
 
 
 class _Clock:

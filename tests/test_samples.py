@@ -20,8 +20,8 @@ from rlinks_rllib.client.errors import NotAgreed, ServerTimeout  # noqa: E402
 from rlinks_rllib.protocol.connection import Connection, ErrorReceived, HandshakeDone, Role  # noqa: E402
 from rlinks_rllib.protocol.extensions import Extension  # noqa: E402
 from rlinks_rllib.protocol.framing import encode_message  # noqa: E402
-from rlinks_rllib.server.samples import LearnerNode, SampleServer  # noqa: E402
-from rlinks_rllib.training.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
+from rlinks_rllib.dataset import LearnerNode, SampleServer  # noqa: E402
+from rlinks_rllib.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
 from peers import RLinkTestServer  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -274,7 +274,7 @@ def test_with_rlinks_secret_set_only_actors_that_know_it_put(monkeypatch):
 
 def test_camera_images_reach_torch_without_a_copy_and_stay_the_samples_own():
     """A 480x640x3 sample's body (0.93 MB) is read into a buffer of its own; its tensors are writable views of it."""
-    from rlinks_rllib.training.dataset import _frame_view
+    from rlinks_rllib.dataset.torch_dataset import _frame_view
 
     dataset = RLinkDataset(idle_timeout=10, max_samples=3)
     rng = np.random.default_rng(3)

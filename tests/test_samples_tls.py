@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 
 from rlinks_rllib.client.actor import RLinkActor  # noqa: E402
 from rlinks_rllib.client.errors import ConnectFailed, TLSFailed  # noqa: E402
-from rlinks_rllib.server.samples import SampleServer  # noqa: E402
-from rlinks_rllib.training.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
+from rlinks_rllib.dataset import SampleServer  # noqa: E402
+from rlinks_rllib.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
 from test_auth_tls import FAST as TLS_FAST, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,8 +21,8 @@ from websockets.frames import Close, CloseCode, Frame, Opcode
 torch = pytest.importorskip("torch")
 
 from rlinks_rllib.client.actor import RLinkActor  # noqa: E402
-from rlinks_rllib.server.samples import SampleServer  # noqa: E402
-from rlinks_rllib.training.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
+from rlinks_rllib.dataset import SampleServer  # noqa: E402
+from rlinks_rllib.dataset import RLinkDataset, RLinkSyncModel  # noqa: E402
 from test_samples import Relay, sample  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)

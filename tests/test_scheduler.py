@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlinks_rllib.server.scheduler import GRACE_POLL_S, IDLE_POLL_S, Release, SamplePacer, SamplePlan, Scheduler, WeightsChange
+from rlinks_rllib.server.delivery.scheduler import GRACE_POLL_S, IDLE_POLL_S, Release, SamplePacer, SamplePlan, Scheduler, WeightsChange
 
 
 def scheduler(update_steps: int = 100, clients: str = "abc", *, on_policy: bool = True,

@@ -14,8 +14,8 @@ from rlinks_rllib.protocol.episodes import ACTION_DIST_INPUTS, ACTION_LOGP, chec
 from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.protocol.served import act_message, read_act
 from rlinks_rllib.server.errors import IngestError
-from rlinks_rllib.server.inference import InferenceBatcher, InferenceResult
-from rlinks_rllib.server.served import ObservationCheck, ServedRecorder
+from rlinks_rllib.server.served.batcher import InferenceBatcher, InferenceResult
+from rlinks_rllib.server.served.episodes import ObservationCheck, ServedRecorder
 
 CHECK = ObservationCheck((4,), np.float32)
 

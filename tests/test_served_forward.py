@@ -17,7 +17,7 @@ from ray.rllib.core.columns import Columns
 
 from rlinks_rllib.protocol.config import build_config
 from rlinks_rllib.protocol.spaces import describe_space
-from rlinks_rllib.server.forward import ModuleForward, NumpyForward
+from rlinks_rllib.server.served.forward import ModuleForward, NumpyForward
 
 CARTPOLE = gym.make("CartPole-v1")
 PENDULUM = gym.make("Pendulum-v1")

@@ -386,8 +386,8 @@ def test_actions_the_simulator_took_are_recorded_and_untrained_episodes_never_ar
     """served_taken: env 0 takes every other action itself (one past the Box's bound); env 1 is not trained on."""
     import gymnasium as gym
 
-    from rlinks_rllib.client.action_spaces import BoxSpace
-    from rlinks_rllib.client.sampling import log_prob
+    from rlinks_rllib.client.policies.action_spaces import BoxSpace
+    from rlinks_rllib.client.policies.sampling import log_prob
 
     spaces = (gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
     runner = local_runner(train_batch=400, spaces=spaces)

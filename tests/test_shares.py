@@ -1,4 +1,4 @@
-"""Update shares that follow the clients (server/shares.py): the arithmetic, and reading the counts from a result."""
+"""Update shares that follow the clients (server/delivery/shares.py): the arithmetic, and reading the counts from a result."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from rlinks_rllib.server.shares import clients_in, update_share  # noqa: E402
+from rlinks_rllib.server.delivery.shares import clients_in, update_share  # noqa: E402
 
 
 def test_a_runner_takes_the_part_of_the_update_its_clients_are_of_all():

@@ -23,8 +23,8 @@ import pytest
 
 from harness import CARTPOLE, DUMMY_CLIENT, ROOT, ppo_config
 from rlinks_rllib.client import ClientError, ConnectFailed, RLinkClient, ServerError
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
-from rlinks_rllib.client.retry import SHUTDOWN_GRACE_ENV
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
+from rlinks_rllib.client.network.retry import SHUTDOWN_GRACE_ENV
 from rlinks_rllib.protocol.errors import ErrorCode
 from rlinks_rllib.server.env_runner import runner_addresses
 from test_hostile_runner import cartpole_chunks

@@ -27,17 +27,17 @@ import pytest
 from harness import CARTPOLE, DUMMY_CLIENT, train_through_cli
 from test_served_runner import local_runner  # noqa: F401 - the fixture: a runner in this process, stopped after
 from rlinks_rllib.client import EnvClient, RLinkClient
-from rlinks_rllib.client.connection import DEFAULT_EXTENSIONS
+from rlinks_rllib.client.network.connection import DEFAULT_EXTENSIONS
 from rlinks_rllib.client.errors import NotAgreed
 from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.protocol.episodes import TAKEOVER, EpisodeError
 from rlinks_rllib.protocol.errors import InvalidMessage, UnsupportedMessage
 from rlinks_rllib.protocol.served import act_message, read_act
-from rlinks_rllib.server.episodes import EpisodeIngest
+from rlinks_rllib.server.ingest.episodes import EpisodeIngest
 from rlinks_rllib.server.errors import IngestError
 from rlinks_rllib.server.metrics import (RUNNER_METRICS_KEY, TAKEOVER_EPISODES, TAKEOVER_RATE, TAKEOVER_STEPS,
                                         EpisodeTotals)
-from rlinks_rllib.server.scheduler import Release, Scheduler
+from rlinks_rllib.server.delivery.scheduler import Release, Scheduler
 from rlinks_rllib.server.settings import RLinkSettings
 from rlinks_rllib.training.report import TAKEOVER_COLUMN, format_row, row_from_result
 
@@ -261,7 +261,7 @@ def test_a_held_part_is_handed_on_as_it_is_when_its_owner_goes_or_the_bound_pass
 
 
 def test_the_hold_bound_counts_from_when_the_part_was_held():
-    from rlinks_rllib.server.takeover_segments import TakeoverSegments
+    from rlinks_rllib.server.takeover.segments import TakeoverSegments
 
     segments = TakeoverSegments(hold_s=2.0)
     chunk, _ = _chunks(set(), cut_at=3)

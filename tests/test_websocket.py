@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from peers import make_episode
-from rlinks_rllib.client.episode_builder import EpisodeBuilder
+from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 from rlinks_rllib.client import ConnectFailed, EnvClient, RLinkClient, ask_directory
-from rlinks_rllib.client.address import Address, parse_address
+from rlinks_rllib.client.network.address import Address, parse_address
 from rlinks_rllib.client.errors import AuthenticationFailed, ServerError
-from rlinks_rllib.client.websocket import ClientWebSocket
+from rlinks_rllib.client.network.websocket import ClientWebSocket
 from rlinks_rllib.protocol.websocket import FirstBytes, split_frames
 from rlinks_rllib.protocol import encode_message, encode_message_parts
-from rlinks_rllib.server.directory import Directory, Endpoint
+from rlinks_rllib.server.network.directory import Directory, Endpoint
 from rlinks_rllib.server.settings import RLinkSettings, rlinks_env_config
 from test_auth_tls import FAST, SECRET, secret_file, serving, wait_for  # noqa: F401 - secret_file is a fixture
 
@@ -342,7 +342,7 @@ def test_a_close_1008_before_any_message_fails_the_python_client_at_once_with_th
 
 def test_a_refusals_reason_fits_a_close_frame_and_always_names_the_setting():
     from rlinks_rllib.protocol.websocket import MAX_CLOSE_REASON_BYTES
-    from rlinks_rllib.server.websocket import origin_refusal
+    from rlinks_rllib.server.network.websocket import origin_refusal
 
     assert origin_refusal("https://game.example", "dataset") == (
         "origin 'https://game.example' is not in the dataset's ws_allowed_origins setting")
@@ -358,7 +358,7 @@ def test_the_directory_answers_over_websocket_and_wss(certs):
     for tls in (False, True):
         ssl_options = {}
         if tls:
-            from rlinks_rllib.server.listener import server_ssl_context
+            from rlinks_rllib.server.network.listener import server_ssl_context
 
             ssl_options = dict(ssl_context=server_ssl_context(
                 RLinkSettings(tls_cert_file=certs["server"], tls_key_file=certs["server_key"])))

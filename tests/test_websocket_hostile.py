@@ -30,7 +30,7 @@ from peers import make_episode
 from rlinks_rllib.client import RLinkClient
 from rlinks_rllib.protocol import encode_message, make_offer
 from rlinks_rllib.protocol.limits import HANDSHAKE_MAX_FRAME_BYTES
-from rlinks_rllib.server.websocket import MAX_UPGRADE_BYTES
+from rlinks_rllib.server.network.websocket import MAX_UPGRADE_BYTES
 from test_auth_tls import FAST, serving, wait_for
 
 pytestmark = pytest.mark.timeout(120)

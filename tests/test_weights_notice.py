@@ -2,7 +2,7 @@
 
 The protocol part with two Connections and the test vectors (a peer that did
 not agree gets the plain ACK, byte for byte); the client's rule of when to ask
-(:class:`~rlinks_rllib.client.sender.WeightsSchedule`) with a clock passed in;
+(:class:`~rlinks_rllib.client.inference.background_sender.WeightsSchedule`) with a clock passed in;
 and a real runner in this process, whose weights change under a client that
 runs the policy itself (PROTOCOL.md 10.2.1).
 """
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from test_vectors import VECTORS
 
-from rlinks_rllib.client.connection import WeightsNotice
-from rlinks_rllib.client.sender import WEIGHTS_POLL_S, WeightsSchedule
+from rlinks_rllib.client.network.connection import WeightsNotice
+from rlinks_rllib.client.inference.background_sender import WEIGHTS_POLL_S, WeightsSchedule
 from rlinks_rllib.protocol.connection import Acked, Connection, EpisodesReceived, Role, State
 from rlinks_rllib.protocol.errors import InvalidMessage, LocalProtocolError
 from rlinks_rllib.protocol.extensions import Extension, Offer, negotiate
@@ -180,7 +180,7 @@ def _take_all(runner, steps: int) -> None:
 @pytest.mark.timeout(120)
 def test_the_runners_acks_name_its_weights_as_they_change(ray_local):
     from rlinks_rllib.client import RLinkClient
-    from rlinks_rllib.client.episode_builder import EpisodeBuilder
+    from rlinks_rllib.protocol.episode_builder import EpisodeBuilder
 
     runner = _dqn_runner()
     builder = EpisodeBuilder()

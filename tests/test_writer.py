@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 
-from rlinks_rllib.server.writer import HIGH_WATER_BYTES, SLICE_BYTES, SharedWriter
+from rlinks_rllib.server.network.writer import HIGH_WATER_BYTES, SLICE_BYTES, SharedWriter
 
 
 class _Sink(asyncio.Protocol):

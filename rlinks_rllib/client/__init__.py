@@ -16,11 +16,11 @@ Imports :mod:`rlinks_rllib.protocol` only; works without Ray.
 from ..protocol.episode_builder import EpisodeBuilder, VectorEpisodeBuilder
 from ..protocol.errors import ErrorCode
 from ..protocol.multi_agent_builder import MultiAgentEpisodeBuilder
-from .action_spaces import BoxSpace, DiscreteSpace
 from .actor import ActorNode, RemoteModel, RLinkActor
-from .address import Address, parse_address
-from .connection import DEFAULT_EXTENSIONS, ActionsReply, ClientStats, RLinkClient, WeightsUpdate
-from .directory import ask_directory
+from .network.address import Address, parse_address
+from .network.connection import DEFAULT_EXTENSIONS, ActionsReply, ClientStats, RLinkClient, WeightsUpdate
+from .network.directory import ask_directory
+from .policies.action_spaces import BoxSpace, DiscreteSpace
 from .errors import (
     AuthenticationFailed,
     ClientClosed,
@@ -37,10 +37,10 @@ from .errors import (
     TrainingEnded,
 )
 from .env_client import EnvClient, EnvClientStats
-from .mlp import UnsupportedModelError
-from .onnx_policy import OnnxPolicy
-from .policy import NumpyPolicy
-from .policy_choice import policy_for
+from .policies.choice import policy_for
+from .policies.mlp import UnsupportedModelError
+from .policies.numpy_policy import NumpyPolicy
+from .policies.onnx_policy import OnnxPolicy
 from .policy_client import PolicyClient
 
 __all__ = [

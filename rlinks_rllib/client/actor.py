@@ -2,7 +2,7 @@
 
 For data that is not RL episodes (a robot's camera image and action chunk,
 one dict per step) going to a training loop of the user's own, which reads
-them through :class:`~rlinks_rllib.training.dataset.RLinkDataset` and
+them through :class:`~rlinks_rllib.dataset.torch_dataset.RLinkDataset` and
 pushes its model back with ``RLinkSyncModel.sync``::
 
     actor = RLinkActor("learner-host:8443")
@@ -33,13 +33,13 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ..protocol.extensions import Extension
 from ..protocol.buffers import BufferPool
+from ..protocol.extensions import Extension
 from ..protocol.samples import encode_sample
-from .connection import DEFAULT_EXTENSIONS, RLinkClient
 from .errors import ClientError, NotAgreed
+from .network.connection import DEFAULT_EXTENSIONS, RLinkClient
+from .network.shared_client import SharedClient
 from .sample_sender import SampleSender
-from .shared_client import SharedClient
 
 __all__ = ["RLinkActor", "RemoteModel", "ActorNode", "ACTOR_EXTENSIONS", "DEFAULT_MAX_UNACKED",
            "DEFAULT_MAX_UNACKED_BYTES"]
@@ -73,7 +73,7 @@ class RLinkActor:
 
     Args:
         address: the dataset's ``HOST:PORT`` (``http://``, ``tcp://``, ``tls://`` and ``ws://``
-            prefixes as :class:`~.connection.RLinkClient` takes them).
+            prefixes as :class:`~.network.connection.RLinkClient` takes them).
         timeout: seconds a ``put`` may wait for room, a ``flush`` for its confirmations and a
             fetch for its reply.
         reliable: reconnect and resend what is unconfirmed when the connection drops.
@@ -83,13 +83,13 @@ class RLinkActor:
             after the dataset's ``partial_batch_after``.
         max_unacked_bytes: bytes of samples that may await confirmation at once (and, as many
             again, wait to be sent): the actor's memory for them.
-        client_options: further :class:`~.connection.RLinkClient` arguments (``retry_attempts``,
+        client_options: further :class:`~.network.connection.RLinkClient` arguments (``retry_attempts``,
             ``connect_wait``, ``secret``, TLS files, ...). An actor reconnects for about a minute
             by default (``retry_attempts=30``, ``backoff_cap=2.0``): long enough for a training
             loop restarted after a crash to listen again.
 
     Raises:
-        ValueError: as :class:`~.connection.RLinkClient`, or a bound that is not an int >= 1.
+        ValueError: as :class:`~.network.connection.RLinkClient`, or a bound that is not an int >= 1.
     """
 
     def __init__(self, address: str, *, timeout: float = 30.0, reliable: bool = True,

@@ -64,13 +64,13 @@ import numpy as np
 from ..protocol.extensions import Extension
 from ..protocol.multi_agent import read_multi_agent_config
 from ..protocol.multi_agent_builder import ALL
-from .address import Address, AddressLike
-from .connection import DEFAULT_EXTENSIONS, ClientStats, RLinkClient
 from .errors import ClientClosed, ConnectFailed, ConnectionLost, NotAgreed, PickledConfigRefused, TrainingEnded
-from .local_inference import LocalInference
-from .mlp import UnsupportedModelError
-from .served_inference import ServedInference
-from .shared_client import SharedClient
+from .inference.local import LocalInference
+from .inference.served import ServedInference
+from .network.address import Address, AddressLike
+from .network.connection import DEFAULT_EXTENSIONS, ClientStats, RLinkClient
+from .network.shared_client import SharedClient
+from .policies.mlp import UnsupportedModelError
 
 __all__ = ["EnvClient", "EnvClientStats", "INFERENCE_MODES"]
 
@@ -135,7 +135,7 @@ class EnvClient:
             ``DiscreteSpace``/``BoxSpace``), the steps per batch and the MLP's
             activation.
         logger: where the client logs.
-        **client_options: passed to :class:`~.connection.RLinkClient`
+        **client_options: passed to :class:`~.network.connection.RLinkClient`
             (``secret_file``, ``ca_file``, ``retry_attempts``, ...).
 
     Raises:
@@ -265,7 +265,7 @@ class EnvClient:
         """Connect, read the runner's config and weights, and pick the mode; other calls do it when needed.
 
         Raises:
-            ConnectFailed, ServerError, ...: see :class:`~.connection.RLinkClient`.
+            ConnectFailed, ServerError, ...: see :class:`~.network.connection.RLinkClient`.
             UnsupportedModelError: ``inference="local"`` and no client policy
                 can run the module (the message says what to install or change).
             NotAgreed: ``inference="served"`` and the runner does not serve actions.

@@ -26,7 +26,7 @@ from typing import Optional
 
 from ..protocol.samples import MAX_SAMPLES_PER_MESSAGE, EncodedSample
 from .errors import ServerTimeout
-from .shared_client import SharedClient
+from .network.shared_client import SharedClient
 
 __all__ = ["SampleSender", "MESSAGE_BYTES"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from .arrays import COMPLEX, DATA, KIND, ND, SHAPE, TYPE, array_map, decode_array_map, decode_map
 from ._msgpack import Packer as _Packer, bin_header, unpackb as _unpackb
+from .arrays import COMPLEX, DATA, KIND, ND, SHAPE, TYPE, array_map, decode_array_map, decode_map
 from .columns import NOT_COLUMNS, decode_columns, wants_columns
 from .errors import DecodeError, ProtocolError
 from .limits import ZERO_COPY_MIN_BODY_BYTES, ZERO_COPY_MIN_BYTES

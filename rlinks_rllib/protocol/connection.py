@@ -77,8 +77,8 @@ from .messages import ping as ping_message
 from .messages import pong as pong_message
 from .samples import (FLUSH, MAX_SAMPLES_PER_MESSAGE, SAMPLES_WINDOW, EncodedSample, SampleError, encode_sample,
                       read_samples, read_samples_window, samples_body)
-from .served import ActRows, act_message, actions_message, read_act, read_actions
 from .multi_agent import check_agent_ids, read_module_states, read_modules
+from .served import ActRows, act_message, actions_message, read_act, read_actions
 from .weights import read_state
 from .window import AckWindow, Batch
 

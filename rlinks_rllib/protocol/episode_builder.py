@@ -29,7 +29,7 @@ chunk sent ends at the latest observation, and the next chunk keeps the same
 ``id_``, starts at ``t_started`` = steps so far, and begins with that same
 observation (and its info).
 
-A simulator's client uses it (``rlinks_rllib.client.episode_builder``), and so
+A simulator's client uses it (``rlinks_rllib.client`` exports it), and so
 does a runner that serves actions and records its clients' episodes itself
 (``served_actions``): one builder, so both send RLlib the same episodes. It
 needs numpy only; never Ray.

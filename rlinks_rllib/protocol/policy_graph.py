@@ -2,7 +2,7 @@
 
 The runner exports its module's inference pass to ONNX with the weights as
 graph inputs (:mod:`rlinks_rllib.server.graph_export`); a client runs it
-with any ONNX runtime (:class:`rlinks_rllib.client.onnx_policy.OnnxPolicy` in
+with any ONNX runtime (:class:`rlinks_rllib.client.policies.onnx_policy.OnnxPolicy` in
 Python). Both sides agree on the names through this module, and the graph
 carries them in its metadata entry :data:`METADATA_KEY` as JSON::
 

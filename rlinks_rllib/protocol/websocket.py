@@ -21,7 +21,7 @@ both ends:
   RLlink ``ERROR``, then a WebSocket close with a code and the reason.
 
 The opening handshake differs by side and lives with the drivers
-(``server/websocket.py``, ``client/websocket.py``). No sockets, threads or
+(``server/network/websocket.py``, ``client/network/websocket.py``). No sockets, threads or
 clocks here.
 """
 

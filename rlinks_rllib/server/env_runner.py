@@ -15,10 +15,10 @@ simulators connect to a runner, run the policy themselves, and send episodes;
 ``sample()`` hands RLlib what has arrived, and ``set_state()`` sends the new
 weights back. A simulator that can't run the policy sends observations
 instead and gets actions back (``served_actions``): the runner computes them
-with its own module (:mod:`.forward`) and records those episodes itself.
+with its own module (:mod:`.served.forward`) and records those episodes itself.
 A multi-agent config (``config.multi_agent(policies=..., policy_mapping_fn=...)``)
 is served as well: its clients send multi-agent chunks and get every module's
-weights (:mod:`.multi_agent`). See :mod:`.settings` for every ``env_config`` key.
+weights (:mod:`.ingest.multi_agent`). See :mod:`.settings` for every ``env_config`` key.
 """
 
 from __future__ import annotations
@@ -44,23 +44,23 @@ from .._version import SERVER_AGENT
 from ..protocol import messages as msgs
 from ..protocol.config import PACED_IN_FLIGHT_KEY, POLICY_GRAPH_KEY, build_config
 from ..protocol.spaces import describe_space
-from .episodes import EpisodeIngest
-from .forward import ModuleForward, NumpyForward, served_actions_unsupported
 from .graph_export import ExportError, export_policy_graph, needs_policy_graph
-from .inference import ServedPolicy
-from .taken import TakenActionCheck, with_taken
-from .listener import RLinkServer
+from .ingest.episodes import EpisodeIngest
+from .network.listener import RLinkServer
+from .served.batcher import ServedPolicy
+from .served.forward import ModuleForward, NumpyForward, served_actions_unsupported
+from .served.taken_actions import TakenActionCheck, with_taken
 from .metrics import (RUNNER_METRICS_KEY, EpisodeTotals, TransportMetrics, log_episodes, log_sampled, log_takeovers,
                       runner_key)
-from .multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
-from .offpolicy import PACED_IN_FLIGHT, EpisodeAliases, StepCredit, backlog_steps
-from .receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
+from .delivery.offpolicy import PACED_IN_FLIGHT, EpisodeAliases, StepCredit, backlog_steps
+from .delivery.receipts import RECEIPTS_KEY, ReturnedBatches, receipts_wanted
+from .delivery.scheduler import SamplePacer, WeightsChange
+from .delivery.shares import CLIENTS_KEY, update_share
+from .ingest.multi_agent import MultiAgentIngest, MultiAgentMetrics, MultiAgentSetup
 from .recorder import runner_recorder
-from .scheduler import SamplePacer, WeightsChange
-from .shares import CLIENTS_KEY, update_share
-from .stop_signal import wait_for
-from .served import ObservationCheck
+from .served.episodes import ObservationCheck
 from .settings import RLinkSettings
+from .stop_signal import wait_for
 
 __all__ = ["RLinkEnvRunner", "runner_addresses"]
 
@@ -275,7 +275,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
 
         Off-policy, a call hands over one rollout fragment on average, so
         that RLlib's replay ratio holds, and the oldest steps beyond the
-        backlog are dropped or never read (see ``offpolicy.py``).
+        backlog are dropped or never read (see ``delivery/offpolicy.py``).
 
         The batches returned are confirmed (``ACK``) to clients that speak
         the ``ack`` extension; see ``docs/SECURITY.md`` for what that guarantees.
@@ -493,7 +493,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
                                   name=f"rlinks-stop-watch-{self.worker_index}")
 
     def take_receipts(self, receipts: dict) -> None:
-        """(Called by the driver's :class:`~.receipts.RLinkReceipts`) which ``sample()`` results arrived.
+        """(Called by the driver's :class:`~.delivery.receipts.RLinkReceipts`) which ``sample()`` results arrived.
 
         Args:
             receipts: ``runner_key(worker_index)`` -> the tokens the driver
@@ -509,7 +509,7 @@ class RLinkEnvRunner(EnvRunner, Checkpointable):
             self.server.hand_over_again(dropped)
 
     def take_shares(self, clients: dict) -> None:
-        """(Called by the driver's :class:`~.shares.RLinkShares`) how many clients each runner has.
+        """(Called by the driver's :class:`~.delivery.shares.RLinkShares`) how many clients each runner has.
 
         From the next new weights on, this runner's clients are asked for
         the part of an update their number is of all clients.

@@ -90,7 +90,7 @@ class EpisodeTotals:
         self.takeover_rates: list[float] = []
 
     def add_tally(self, tally: Any) -> tuple[int, float, float] | None:
-        """Account a chunk by its :class:`~.takeover.ChunkTally`; as :meth:`add`."""
+        """Account a chunk by its :class:`~.takeover.markers.ChunkTally`; as :meth:`add`."""
         totals = self._open.pop(tally.episode_id, None) or [0, 0.0, 0.0, 0]
         totals[0] += tally.steps
         totals[1] += tally.episode_return

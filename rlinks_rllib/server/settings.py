@@ -19,13 +19,14 @@ from typing import Any, Mapping, Optional
 
 from ..protocol.auth import SECRET_ENV, load_secret
 from ..protocol.limits import DEFAULT_MAX_FRAME_BYTES, MAX_BODY_BYTES
-from .offpolicy import BACKLOG_MODES
 from .recorder import AT_CAP_MODES
 
 __all__ = ["RLinkSettings", "rlinks_env_config", "LOOPBACK", "SWITCH_MODES", "is_loopback"]
 
 LOOPBACK = "127.0.0.1"
 
+#: Values of the ``off_policy_backlog`` setting (what :mod:`.delivery.offpolicy` does with a backlog).
+BACKLOG_MODES = ("drop", "pace")
 #: Values of the ``auth`` and ``policy_graph`` settings.
 SWITCH_MODES = ("auto", "on", "off")
 
@@ -79,7 +80,7 @@ class RLinkSettings:
             ``"drop"`` (default) the oldest, counted (``dropped_backlog_steps``),
             so the simulators never wait and the learner gets the freshest;
             ``"pace"``: hold no more, so the simulators' sends wait for the
-            learner and nothing is dropped. See ``server/offpolicy.py``.
+            learner and nothing is dropped. See ``server/delivery/offpolicy.py``.
         off_policy_backlog_steps: that bound in env steps; 0 (default): four
             rollout fragments, at least 64 steps.
         takeover_terminates: off-policy (SAC, DQN), a take-over is a failure
@@ -88,7 +89,7 @@ class RLinkSettings:
             at the state the teacher took over in, the rest as a new episode
             (``f"{id}/{n}"``). The metrics still count the episodes as played.
             On-policy it does nothing (take-overs are cut out there anyway;
-            a warning says so). See ``server/takeover_segments.py``.
+            a warning says so). See ``server/takeover/segments.py``.
         max_write_buffer_bytes: bytes queued to one client before it is cut off as too slow.
         auth: ``"auto"`` (default): require the shared secret when one is set
             (``$RLINKS_SECRET`` in the runner's environment, or

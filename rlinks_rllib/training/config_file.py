@@ -367,9 +367,9 @@ def build_algorithm_config(spec: LearnerSpec, *, overrides: dict | None = None) 
             RLlib refuses (unknown keys were refused by :func:`load_spec`).
     """
     from ..server.env_runner import RLinkEnvRunner
-    from ..server.receipts import RLinkReceipts
+    from ..server.delivery.receipts import RLinkReceipts
     from ..server.settings import rlinks_env_config
-    from ..server.shares import RLinkShares
+    from ..server.delivery.shares import RLinkShares
     from .replay import RLinkReplaySafe
 
     overrides = overrides or {}

@@ -24,8 +24,8 @@ from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .files import write_json_whole
 from .offline import check_inputs, close_reader, cpus_for_reading, is_offline, quiet_reading, result_for_report
 from .report import drop_advice, format_return, format_row, plot_curve, row_from_result, write_csv
-from .tensorboard import TensorBoardLog
 from .sigterm import StoppedWaiting, sigterm_sets
+from .tensorboard import TensorBoardLog
 from .timings import IterationTimes
 
 __all__ = ["LearnerOptions", "run_learner", "announce_runners", "EXIT_OK", "EXIT_TARGET_MISSED", "EXIT_TERMINATED"]
@@ -139,7 +139,7 @@ def _live_runners(algo) -> list:
     another node (a new address), and a runner that is down or cut off (no
     answer within the timeout) must not be handed to simulators.
     """
-    from ..server.directory import Endpoint
+    from ..server.network.directory import Endpoint
 
     def describe(runner):
         address = runner.get_address()
@@ -213,7 +213,7 @@ def _wait_for_simulators(algo, directory, terminated: threading.Event, print_fn:
 
 def _start_directory(algo, addresses: list[tuple[int, str, int]], print_fn: Callable[[str], None]):
     """The one address for simulators, on the base port, when there are remote runners."""
-    from ..server.directory import Directory, Endpoint
+    from ..server.network.directory import Directory, Endpoint
     from ..server.settings import RLinkSettings
 
     if algo.env_runner_group.num_remote_env_runners() == 0:

@@ -25,8 +25,8 @@ from typing import Callable, Optional
 from . import quiet
 from .config_file import ConfigFileError, build_algorithm_config, load_spec
 from .learner import _init_ray, announce_runners
-from .sigterm import sigterm_sets
 from .offline import is_offline
+from .sigterm import sigterm_sets
 
 __all__ = ["RecordOptions", "run_record"]
 

@@ -1,6 +1,6 @@
 """Any stateless RLlib RLModule as a client policy, run with Ray's RLlib and torch.
 
-:class:`TorchModulePolicy` has :class:`~rlinks_rllib.client.policy.NumpyPolicy`'s
+:class:`TorchModulePolicy` has :class:`~rlinks_rllib.client.policies.numpy_policy.NumpyPolicy`'s
 interface for what NumpyPolicy refuses (CNN encoders, custom modules, other
 action spaces). It lives on the learner side of the package because it needs
 ``ray[rllib]`` and ``torch``, which :mod:`rlinks_rllib.client` never imports;
@@ -24,9 +24,9 @@ except ImportError as exc:
         "without them use NumpyPolicy, which runs RLlib's default MLP modules"
     ) from exc
 
-from ..client.action_spaces import ActionSpace, as_action_space
-from ..client.policy import Policy, observation_batch
-from ..client.sampling import PolicyOutput, action_for_env
+from ..client.policies.action_spaces import ActionSpace, as_action_space
+from ..client.policies.numpy_policy import Policy, observation_batch
+from ..client.policies.sampling import PolicyOutput, action_for_env
 
 __all__ = ["TorchModulePolicy"]
 
@@ -46,7 +46,7 @@ class TorchModulePolicy(Policy):
         observation_space, action_space: gymnasium spaces, for a config that
             does not name them itself.
         normalize_actions, clip_actions, rng: as for
-            :class:`~rlinks_rllib.client.policy.NumpyPolicy`.
+            :class:`~rlinks_rllib.client.policies.numpy_policy.NumpyPolicy`.
 
     Raises:
         TypeError: *source* is none of the above.

@@ -1,5 +1,5 @@
 // Off-policy batches sent from a thread of their own, so the simulator's loop never waits for the learner
-// (private to the library; the C++ side of rlinks_rllib/client/sender.py).
+// (private to the library; the C++ side of rlinks_rllib/client/inference/background_sender.py).
 #pragma once
 
 #include <condition_variable>

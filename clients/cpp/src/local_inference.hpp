@@ -1,5 +1,5 @@
 // Local inference for EnvClient: the policy runs here, episodes are recorded here (private to the library;
-// the C++ side of rlinks_rllib/client/local_inference.py).
+// the C++ side of rlinks_rllib/client/inference/local.py).
 #pragma once
 
 #include <atomic>

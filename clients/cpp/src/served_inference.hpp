@@ -1,5 +1,5 @@
 // Served actions for EnvClient: the runner runs the policy and records the episodes (private to the
-// library; the C++ side of rlinks_rllib/client/served_inference.py).
+// library; the C++ side of rlinks_rllib/client/inference/served.py).
 #pragma once
 
 #include <atomic>

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from rlinks_rllib.client.action_spaces import BoxSpace, DiscreteSpace
-from rlinks_rllib.client.mlp import UnsupportedModelError, read_network
-from rlinks_rllib.client.sampling import action_for_env, log_prob
+from rlinks_rllib.client.policies.action_spaces import BoxSpace, DiscreteSpace
+from rlinks_rllib.client.policies.mlp import UnsupportedModelError, read_network
+from rlinks_rllib.client.policies.sampling import action_for_env, log_prob
 
 HERE = Path(__file__).resolve().parent
 CLIP = "pi.log_std_clip_param_const"

@@ -59,7 +59,7 @@ struct Action {
 ActionSpace read_action_space(const Value& description);
 
 // A Box action as the simulator applies it, from the Gaussian's sample (RLlib's
-// NormalizeAndClipActions, as rlinks_rllib/client/sampling.py's
+// NormalizeAndClipActions, as rlinks_rllib/client/policies/sampling.py's
 // action_for_env): with `normalize`, unsquashed from [-1, 1] to the bounds and
 // clipped to them (left alone when a bound is infinite); else, with `clip`,
 // clipped to the bounds; else unchanged.
@@ -67,7 +67,7 @@ std::vector<float> action_for_env(const ActionSpace& space, const float* sampled
 
 // A Box action as the env took it (a person's, a script's: EnvClient::log_action),
 // back in the form RLlib trains on: action_for_env undone, as
-// rlinks_rllib/client/sampling.py's action_from_env. With `normalize` and finite
+// rlinks_rllib/client/policies/sampling.py's action_from_env. With `normalize` and finite
 // bounds it is squashed back into [-1, 1]; else it is kept (clipping can't be
 // undone). Throws UsageError for a Discrete space, an action of another size
 // than the Box's, or a NaN or an infinity in it.

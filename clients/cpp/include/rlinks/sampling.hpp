@@ -1,5 +1,5 @@
 // Actions from a policy's action_dist_inputs, as RLlib draws them
-// (rlinks_rllib/client/sampling.py is the reference; tests/vectors/policy pins both).
+// (rlinks_rllib/client/policies/sampling.py is the reference; tests/vectors/policy pins both).
 #pragma once
 
 #include <cstddef>

@@ -8,7 +8,7 @@
 # between its layers and none after the last. A 1-D weight after a Linear
 # is its LayerNorm. A Box's log-std half is clamped to
 # pi.log_std_clip_param_const (or is the free pi.log_std). The same
-# computation as the Python client's rlinks_rllib/client/mlp.py, held to
+# computation as the Python client's rlinks_rllib/client/policies/mlp.py, held to
 # tests/vectors/policy/mlp.json. load() returns "" or why the weights are
 # not such a module.
 extends Reference

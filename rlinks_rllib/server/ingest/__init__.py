@@ -1,0 +1,2 @@
+"""Episode chunks into RLlib's episodes: single-agent and multi-agent.
+"""
