@@ -20,14 +20,14 @@ image and one 50x14 float32 action chunk (the seed's robot, ~0.92 MB each):
   confirmed when taken) into an ``RLinkDataset`` iterated by this process,
   which yields each sample as torch tensors;
 * raw: what a user's minimal code would do with a plain loopback TCP socket
-  per actor and no protocol: each process ``sendall``\ s the same bytes
-  (image, then chunk); a thread per connection here ``recv_into``\ s them
+  per actor and no protocol: each process ``sendall``\\ s the same bytes
+  (image, then chunk); a thread per connection here ``recv_into``\\ s them
   into a new image array and a new chunk array (a training loop keeps what
   it receives, so each sample needs memory of its own) and hands them to
   this thread through a bounded queue (64, the dataset's buffer here), which
   takes them as torch tensors (``torch.from_numpy``, no copy), as the
   dataset yields them. No framing, no confirmations, no resends;
-* ours over TLS: the same ``put``\ s to ``tls://localhost`` (a test CA's
+* ours over TLS: the same ``put``\\ s to ``tls://localhost`` (a test CA's
   certificate, made with ``openssl``; the column is left out without it),
   for what encryption costs on this path.
 

@@ -3,7 +3,7 @@
 :class:`ScriptedRunner` and :class:`FakeLearner` speak RLlink with
 CartPole's config and weights (:data:`PARAMS`, RLlib's default PPO module,
 small) and train a fake update every :data:`UPDATE_STEPS` steps;
-:class:`ServedPeer` answers served ``ACT``\ s with a fixed rule on rlinks'
+:class:`ServedPeer` answers served ``ACT``\\ s with a fixed rule on rlinks'
 own ``Connection``; :func:`directory_of` puts a directory in front of a
 learner. Each client's test file builds its client and holds it to these.
 """

@@ -89,6 +89,35 @@ def test_connect_wait_0_fails_as_before_and_a_wait_that_ends_says_so(caplog):
     assert time.monotonic() - started < 10  # bounded (a wait of 0.5 s, plus one attempt)
 
 
+def test_a_server_that_is_up_but_fails_the_handshake_is_not_waited_for():
+    import socket as socketlib
+
+    with socketlib.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        stop = threading.Event()
+
+        def hang_up() -> None:  # takes each connection and closes it: up, but no learner
+            listener.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                conn.close()
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(ConnectFailed) as failed:
+                RLinkClient(f"127.0.0.1:{port}", retry_attempts=2, connect_wait=30, **QUICK).connect()
+            assert time.monotonic() - started < 20  # the usual attempts, not the 30 s wait
+            assert "connect_wait" not in str(failed.value), failed.value
+        finally:
+            stop.set()
+            thread.join(10)
+
+
 def test_an_actor_says_it_waits_for_a_dataset(caplog):
     from rlinks_rllib.client.actor import RLinkActor
 

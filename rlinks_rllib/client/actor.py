@@ -178,7 +178,7 @@ class RLinkActor:
 
     @property
     def confirmed(self) -> int:
-        """Samples confirmed so far: the dataset's loop has them (reads the ``ACK``\ s that came; waits for none).
+        """Samples confirmed so far: the dataset's loop has them (reads the ``ACK``\\ s that came; waits for none).
 
         Samples are confirmed in the order put, so these are the first
         ``confirmed`` ones. A reliable actor whose connection dropped

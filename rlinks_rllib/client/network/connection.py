@@ -699,7 +699,7 @@ class RLinkClient:
         return job.batch.seq
 
     def poll(self) -> None:
-        """Read what the server sent since the last call (``ACK``\ s) without waiting for more.
+        """Read what the server sent since the last call (``ACK``\\ s) without waiting for more.
 
         A reliable client whose connection dropped reconnects here and resends what is pending.
 
@@ -1128,7 +1128,7 @@ class RLinkClient:
         if give_up_at is not None:
             raise self._not_back(tried, last) from (ended or last)
         waited = (f" and {waiting.seconds:g} s (connect_wait, ${CONNECT_WAIT_ENV})"
-                  if first and waiting.seconds > 0 else "")
+                  if first and waiting.started else "")
         raise ConnectFailed(
             f"could not connect to {self.address} after {tried} attempt(s){waited}: {last}; "
             f"is {self._peer_noun} running and is the port right?"

@@ -145,6 +145,11 @@ class ConnectWait:
         self._said = False
 
     @property
+    def started(self) -> bool:
+        """Whether an attempt failed as one does before the learner listens, so the wait began."""
+        return self._said
+
+    @property
     def waiting(self) -> bool:
         """Whether the wait has started and is not over: another attempt is due whatever ``attempts`` says."""
         return self._said and self._clock() < self._until
