@@ -37,7 +37,7 @@ from test_policy import (
     torch_logits,
 )
 
-from rlinks_rllib.client import sampling
+from rlinks_rllib.client.policies import sampling
 from rlinks_rllib.client.policies.numpy_policy import BoxSpace, NumpyPolicy, UnsupportedModelError
 from rlinks_rllib.client.policies.choice import policy_for
 from rlinks_rllib.client.policies.q_policy import MIN_LOGP, QPolicy, epsilon_at
