@@ -16,11 +16,11 @@ def __getattr__(name: str):
 
         return RLinkEnvRunner
     if name == "RLinkReceipts":
-        from .server.receipts import RLinkReceipts
+        from .server.delivery.receipts import RLinkReceipts
 
         return RLinkReceipts
     if name == "RLinkShares":
-        from .server.shares import RLinkShares
+        from .server.delivery.shares import RLinkShares
 
         return RLinkShares
     if name == "RLinkReplaySafe":

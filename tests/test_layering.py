@@ -202,3 +202,10 @@ def test_every_folder_is_a_room():
     folders = {name for name, path in MODULES.items() if path.name == "__init__.py"}
     named = {prefix for prefixes in ROOMS for prefix in prefixes}
     assert folders <= named, f"folders without a room in ROOMS: {sorted(folders - named)}"
+
+
+def test_the_package_root_gives_every_name_it_lists():
+    import rlinks_rllib
+
+    missing = [name for name in rlinks_rllib.__all__ if getattr(rlinks_rllib, name, None) is None]
+    assert not missing, f"rlinks_rllib.__all__ names what its __getattr__ can't import: {missing}"
