@@ -4,7 +4,8 @@ Small samples (``{"obs": float32[4], "i": i}``, the documented defaults:
 ``RLinkDataset()`` iterated one sample at a time, ``RLinkActor(address)``):
 
 * latency: one ``put`` then ``flush`` (returns once the loop has the
-  sample), 200 times; raw: the same dict packed with msgpack (the array as
+  sample), 200 times after 200 that are not timed (the steady state a loop
+  that puts and flushes sees; both sides warm up alike); raw: the same dict packed with msgpack (the array as
   its bytes) and sent on a loopback socket to a thread that unpacks it and
   hands it through a bounded queue to a consumer thread, which answers one
   byte once it has it. p50 in milliseconds; aim <= 0.2 ms.
@@ -97,8 +98,9 @@ def _ours_small_actor(address: str, count: int, result) -> None:
     from rlinks_rllib.client.actor import RLinkActor
 
     with RLinkActor(address) as actor:
-        actor.put(_small(-1))
-        actor.flush()
+        for i in range(LATENCY_PUTS):  # warm-up, not timed
+            actor.put(_small(-1 - i))
+            actor.flush()
         latencies = []
         for i in range(LATENCY_PUTS):
             start = now()
@@ -147,6 +149,9 @@ def _raw_small_actor(port: int, count: int, result) -> None:
             sample = _small(i)
             sock.sendall(packer.pack({"obs": sample["obs"].tobytes(), "i": i}))
 
+        for i in range(LATENCY_PUTS):  # warm-up, not timed
+            send(-1 - i)
+            recv_exactly(sock, memoryview(bytearray(1)))
         latencies = []
         for i in range(LATENCY_PUTS):
             start = now()
@@ -195,7 +200,7 @@ def raw_small(count: int) -> tuple[float, float]:
         while (obj := handed.get()) is not None:
             torch.from_numpy(np.frombuffer(obj["obs"], np.float32).copy())  # as the dataset copies a small array
             taken += 1
-            if taken <= LATENCY_PUTS or taken == LATENCY_PUTS + count:
+            if taken <= 2 * LATENCY_PUTS or taken == 2 * LATENCY_PUTS + count:
                 conn.sendall(b"k")
 
     threads = [threading.Thread(target=receive, daemon=True), threading.Thread(target=consume, daemon=True)]
