@@ -1,4 +1,4 @@
-"""Local inference for :class:`~rlinks_rllib.client.env_client.EnvClient`: the policy runs here, episodes are recorded here.
+"""Local inference for :class:`~rlinks_rllib.client.EnvClient`: the policy runs here, episodes are recorded here.
 
 One :class:`LocalInference` per connection. It holds the policy built from
 the runner's config and weights (numpy for RLlib's default MLP, the exported

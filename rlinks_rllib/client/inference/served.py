@@ -1,4 +1,4 @@
-"""Served actions for :class:`~rlinks_rllib.client.env_client.EnvClient`: the runner runs the policy and records the episodes.
+"""Served actions for :class:`~rlinks_rllib.client.EnvClient`: the runner runs the policy and records the episodes.
 
 Each :meth:`ServedInference.act` is one ``ACT``/``ACTIONS`` round trip
 (PROTOCOL.md 10.5). Its rows are built from the calls the loop made since

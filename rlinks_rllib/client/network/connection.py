@@ -466,7 +466,7 @@ class RLinkClient:
         """The runner's weights version named by its newest ``ACK`` (``weights_notice`` agreed), or ``None``.
 
         An off-policy client that runs the policy asks for weights when this
-        names a newer version than it holds (:class:`~rlinks_rllib.client.inference.background_sender.BackgroundSender`).
+        names a newer version than it holds (the local inference's ``BackgroundSender``).
         """
         return self._notice
 

@@ -169,7 +169,8 @@ class ClientWebSocket:
         """The error of a server that closed the WebSocket before sending any RLlink message.
 
         With 1008 (policy violation) it refused us as we are (a page origin it does not allow):
-        :class:`~rlinks_rllib.client.errors.ConnectFailed`, never retried. Another code: :class:`~rlinks_rllib.client.errors.ConnectionLost`.
+        :class:`~rlinks_rllib.client.errors.ConnectFailed`, never retried. Another code:
+        :class:`~rlinks_rllib.client.errors.ConnectionLost`.
         """
         said = f"(WebSocket close {close.code}{': ' + close.reason if close.reason else ''})"
         if close.code == CloseCode.POLICY_VIOLATION:

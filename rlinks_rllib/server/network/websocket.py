@@ -128,11 +128,10 @@ class ServerWebSocket(MessageChannel):
         origins = event.headers.get_all("Origin")  # (more than one: websockets' check refuses it with 400)
         self.origin = ", ".join(origins) if origins else None
         response = ws.accept(event)
+        ws.send_response(response)
         if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS:
             self.refusal = f"HTTP {response.status_code}: {response.body.decode(errors='replace').strip()}"
-            ws.send_response(response)
             return
-        ws.send_response(response)
         if self.origin is not None and self.allowed_origins is not None and self.origin not in self.allowed_origins:
             # A page of an origin not let in: upgraded, then closed with the reason (the page can read it).
             reason = origin_refusal(self.origin, self.server)
